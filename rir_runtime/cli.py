@@ -1,0 +1,132 @@
+"""The `rir` command: one entry point, one subcommand per job.
+
+Heavy imports (torch, transformers, Java) happen inside the subcommands, so `rir --help` is
+instant. Every error raised on purpose (`RIRError`) becomes one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from rir_runtime.errors import RIRError
+
+Handler = Callable[[argparse.Namespace], int | None]
+
+
+def _selection_args(p: argparse.ArgumentParser, env_positional: bool = True) -> None:
+    if env_positional:
+        p.add_argument("env", help="environment: builtin, scienceworld, textworld-cooking")
+    p.add_argument("--tasks", default=None, help="comma list of task names (default: all for check, first for play)")
+    p.add_argument("--split", default="dev", help="train, dev or test (default: dev)")
+    p.add_argument("--variations", default="0", help="variation indices within the split: 0-9 or 0,3,5 (default: 0)")
+
+
+# --- envs ---------------------------------------------------------------------------------
+def cmd_envs_list(args: argparse.Namespace) -> int:
+    from rir_runtime.envs import ENV_CLASSES, env_class
+
+    for name in ENV_CLASSES:
+        tasks = env_class(name).task_names()
+        shown = ", ".join(tasks[:8]) + (f", ... ({len(tasks)} tasks)" if len(tasks) > 8 else "")
+        print(f"{name:<18} {shown}")
+    return 0
+
+
+def cmd_envs_check(args: argparse.Namespace) -> int:
+    from rir_runtime.envs import make_env, parse_variations, resolve_tasks
+    from rir_runtime.envs.checker import check_env
+
+    env = make_env(args.env)
+    try:
+        tasks = args.tasks.split(",") if args.tasks else type(env).task_names()[:1]
+        specs = resolve_tasks(env, tasks, args.split, parse_variations(args.variations))
+        failed = 0
+        print(f"{'task':<40} {'check':<18} result")
+        for spec in specs:
+            for r in check_env(env, spec):
+                failed += not r.passed
+                mark = "PASS" if r.passed else f"FAIL  {r.message}"
+                print(f"{spec.key:<40} {r.name:<18} {mark}")
+        print(f"\n{'all checks passed' if not failed else f'{failed} check(s) failed'}")
+        return 1 if failed else 0
+    finally:
+        env.close()
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    from rir_runtime.play import play
+
+    play(args.env, args.tasks, args.split, args.variations)
+    return 0
+
+
+# --- models -------------------------------------------------------------------------------
+def cmd_models_list(args: argparse.Namespace) -> int:
+    from rir_runtime.llm.registry import list_models
+
+    for row in list_models():
+        print("  ".join(str(x) for x in row))
+    return 0
+
+
+def cmd_models_prepare(args: argparse.Namespace) -> int:
+    from rir_runtime.llm.registry import prepare_model
+
+    path = prepare_model(args.name)
+    print(f"prepared {args.name}: {path}")
+    return 0
+
+
+# --- parser -------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rir",
+        description="Rollback-Induced Reflection: run agents with checkpoints and recovery, "
+        "generate controller data, train and evaluate recovery controllers.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    envs = sub.add_parser("envs", help="list environments or check one against the contract")
+    envs_sub = envs.add_subparsers(dest="envs_command", required=True, metavar="ACTION")
+    envs_sub.add_parser("list", help="environments and their tasks").set_defaults(handler=cmd_envs_list)
+    check = envs_sub.add_parser(
+        "check", help="run the contract checker (reset/step types, determinism, checkpoint-restore) on tasks"
+    )
+    _selection_args(check)
+    check.set_defaults(handler=cmd_envs_check)
+
+    models = sub.add_parser("models", help="list registered models or prepare (convert) one")
+    models_sub = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    models_sub.add_parser("list", help="registered models and whether they are prepared").set_defaults(
+        handler=cmd_models_list
+    )
+    prep = models_sub.add_parser("prepare", help="convert a packaged GGUF model into a trainable HF checkpoint")
+    prep.add_argument("name", help="registered model name, e.g. smollm2-135m-instruct")
+    prep.set_defaults(handler=cmd_models_prepare)
+
+    play = sub.add_parser(
+        "play", help="play an environment yourself: type actions, :checkpoints, :rollback N, :expert, :quit"
+    )
+    _selection_args(play)
+    play.set_defaults(handler=cmd_play)
+
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except RIRError as err:
+        print(f"rir: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rir: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

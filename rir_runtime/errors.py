@@ -1,0 +1,42 @@
+"""One error hierarchy, so the CLI can print a single clear line instead of a deep stack trace.
+
+Every error a user can cause carries the problem *and* the fix in its message.
+"""
+
+from __future__ import annotations
+
+
+class RIRError(Exception):
+    """Base class for every error this project raises on purpose."""
+
+
+class UserInputError(RIRError):
+    """Bad input from the user: an unknown name, a malformed config, a wrong split."""
+
+
+class UnknownNameError(UserInputError):
+    """A name (env, task, model, method, controller) that is not known; lists the valid ones."""
+
+    def __init__(self, kind: str, name: str, valid: list[str] | tuple[str, ...], hint: str = "") -> None:
+        import difflib
+
+        close = difflib.get_close_matches(str(name), [str(v) for v in valid], n=1)
+        suggestion = f" Did you mean '{close[0]}'?" if close else ""
+        shown = ", ".join(str(v) for v in list(valid)[:40]) + (", ..." if len(valid) > 40 else "")
+        super().__init__(f"unknown {kind} '{name}'.{suggestion} Valid: {shown}.{(' ' + hint) if hint else ''}")
+
+
+class DependencyMissingError(RIRError):
+    """A runtime the environment needs (Java, a package) is missing; says how to install it."""
+
+
+class RestoreError(RIRError):
+    """A checkpoint could not be restored faithfully; the runtime never continues on a diverged state."""
+
+
+class ModelLoadError(RIRError):
+    """A model name that is neither registered, a folder, nor reachable; or a corrupt cache entry."""
+
+
+class ParseError(RIRError):
+    """A model reply that cannot be parsed into the expected decision."""

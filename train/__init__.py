@@ -1,0 +1,1 @@
+"""train stage of the RIR pipeline (see docs/ and DESIGN.md)."""
