@@ -79,6 +79,38 @@ def cmd_models_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- pipeline stages: typed configs, YAML with flag overrides ---------------------------------
+def _stage(sub: argparse._SubParsersAction, name: str, help_text: str, config_cls: type, handler: Handler) -> None:
+    from rir_runtime.config import add_dataclass_arguments
+
+    p = sub.add_parser(name, help=help_text, description=help_text)
+    p.add_argument("--config", help="YAML file with the same keys as the flags (flags override it)")
+    add_dataclass_arguments(p, config_cls)
+    p.set_defaults(handler=handler, config_cls=config_cls)
+
+
+def _config(args: argparse.Namespace) -> object:
+    from rir_runtime.config import parse_config
+
+    return parse_config(args.config_cls, args)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from eval.harness import run_one
+
+    run_one(_config(args))  # type: ignore[arg-type]
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from eval.harness import evaluate
+    from eval.report import table
+
+    summary = evaluate(_config(args))  # type: ignore[arg-type]
+    print(table(summary))
+    return 0
+
+
 # --- parser -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -111,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _selection_args(play)
     play.set_defaults(handler=cmd_play)
+
+    from rir_runtime.jobs import SelectionConfig
+
+    _stage(sub, "run", "run one episode (first task, variation, method, seed) and print its transcript",
+           SelectionConfig, cmd_run)
+    _stage(sub, "eval", "evaluate methods x tasks x seeds at fixed budgets; writes episodes.jsonl, "
+           "summary.json, report.md", SelectionConfig, cmd_eval)
 
     return parser
 

@@ -25,6 +25,7 @@ class Step:
     score: float
     won: bool = False
     lost: bool = False
+    injected_error: bool = False  # set by the error-injected expert: ground truth for evaluation
 
 
 @dataclass(frozen=True)

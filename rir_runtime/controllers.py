@@ -1,0 +1,277 @@
+"""Recovery controllers: drop-in implementations of When (review), Where (locate) and What (reflect).
+
+Every controller answers the same four calls with a `Decision` whose value has the JSON shape of
+`rir_runtime.decisions`, so implementations are interchangeable per module:
+
+- `HeuristicController`: rules, no model.
+- `PromptedController`: any model through a backend; one retry on a parse error, then the safe
+  default (continue / latest admissible checkpoint / empty reflection), counted.
+- `OracleController`: hindsight values by branch re-execution (an upper bound; also labels).
+- `CompositeController`: one module from each, e.g. a tuned Where with a prompted When.
+The `tuned` controller (a base model plus LoRA adapter) is a `PromptedController` over the
+adapter's backend; `make_controller` resolves the names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Protocol
+
+from rir_runtime.decisions import Decision, DecisionKind, Failure, Reflection, Review, dump, parse
+from rir_runtime.errors import ParseError, UnknownNameError
+from rir_runtime.prompts import DecisionContext, render_decision
+
+# Verbs that only look or move: a failure is rarely caused by them.
+PASSIVE_VERBS = {"look", "inventory", "examine", "read", "go", "wait", "check", "task", "score", "teleport",
+                 "take", "pick", "open", "close"}
+ERROR_OBSERVATION = re.compile(r"nothing happens|not possible|can't|cannot|don't understand|no known action|"
+                               r"unknown|not recognized|ambiguous", re.IGNORECASE)
+
+
+class Controller(Protocol):
+    name: str
+    uses_model: bool
+
+    def review(self, ctx: DecisionContext) -> Decision: ...
+    def locate_coarse(self, ctx: DecisionContext) -> Decision: ...
+    def locate_fine(self, ctx: DecisionContext) -> Decision: ...
+    def reflect(self, ctx: DecisionContext) -> Decision: ...
+
+
+# --- shared, model-free pieces ------------------------------------------------------------------
+def failure_signal(ctx: DecisionContext, stall_steps: int = 8) -> str | None:
+    """A visible sign of trouble in the branch: lost, a score drop, an error reply, or a stall."""
+    h = ctx.history
+    if not h:
+        return None
+    last = h[-1]
+    if last.lost:
+        return f"the episode was lost after '{last.action}'"
+    if len(h) >= 2 and last.score < h[-2].score:
+        return f"the score dropped after '{last.action}'"
+    if ERROR_OBSERVATION.search(last.observation):
+        return f"'{last.action}' was not possible"
+    if len(h) > stall_steps and h[-1].score <= h[-1 - stall_steps].score:
+        return f"no progress in {stall_steps} steps"
+    return None
+
+
+def suspect_step(ctx: DecisionContext) -> int:
+    """The step most likely to have caused the trouble (its checkpoint is the restore target).
+
+    A visible symptom that follows an action at once (lost, score drop) blames that action.
+    Otherwise the error was silent: blame the latest committing action not already blamed in a
+    remembered failure, walking further back on each new failure of the same kind.
+    """
+    h = ctx.history
+    admissible = set(ctx.admissible)
+    if h and (h[-1].lost or (len(h) >= 2 and h[-1].score < h[-2].score)) and h[-1].index in admissible:
+        if h[-1].action not in ctx.blamed_actions:
+            return h[-1].index
+    for step in reversed(h):
+        verb = step.action.split(" ", 1)[0].lower()
+        if step.index in admissible and verb not in PASSIVE_VERBS and step.action not in ctx.blamed_actions:
+            if not ERROR_OBSERVATION.search(step.observation):
+                return step.index
+    return max(admissible) if admissible else 0
+
+
+def reflection_for(ctx: DecisionContext, r: int) -> Reflection:
+    """What survives a restore to checkpoint r: the step taken there as a conditioned failure,
+    facts learned from failed actions, milestones of the abandoned suffix. No state claims."""
+    h = ctx.history
+    if not 0 <= r < len(h):
+        return Reflection()
+    culprit = h[r]
+    before = h[r - 1].observation if r > 0 else "at the start"
+    knowledge = tuple(dict.fromkeys(f"'{s.action}' does nothing useful" for s in h[r:] if ERROR_OBSERVATION.search(s.observation)))
+    gains = [s for i, s in enumerate(h[r:], start=r) if s.score > (h[i - 1].score if i > 0 else 0)]
+    milestones = tuple(f"score {s.score:g} after '{s.action}'" for s in gains[-3:])
+    outcome = h[-1].observation if h[-1].lost else f"the attempt failed later ({h[-1].observation[:120]})"
+    failure = Failure(
+        condition=f"after seeing: {before[:120]}",
+        action=culprit.action,
+        outcome=outcome[:200],
+        lesson=f"in that situation do not '{culprit.action}'; choose a different action",
+    )
+    return Reflection(knowledge[:3], milestones, failure)
+
+
+def segments_containing(ctx: DecisionContext, step: int) -> int:
+    for i, (a, b) in enumerate(ctx.segments):
+        if a <= step < b:
+            return i
+    return len(ctx.segments) - 1
+
+
+def latest_admissible_in(ctx: DecisionContext) -> int:
+    a, b = ctx.segment or (0, len(ctx.history) + 1)
+    inside = [i for i in ctx.admissible if a <= i < b]
+    return max(inside) if inside else max(ctx.admissible, default=0)
+
+
+def default_value(kind: DecisionKind, ctx: DecisionContext) -> object:
+    """The safe default when a model's reply cannot be parsed."""
+    if kind == "review":
+        return Review("continue", "default after unparseable reply")
+    if kind == "locate_coarse":
+        return max(len(ctx.segments) - 1, 0)
+    if kind == "locate_fine":
+        return latest_admissible_in(ctx)
+    return Reflection()
+
+
+# --- heuristic ----------------------------------------------------------------------------------
+class HeuristicController:
+    """Rules only: recover on a visible failure signal; blame the suspect step; reflect on it."""
+
+    name = "heuristic"
+    uses_model = False
+
+    def review(self, ctx: DecisionContext) -> Decision:
+        signal = failure_signal(ctx)
+        if signal and (ctx.trigger != "schedule" or ctx.history[-1].lost or "dropped" in signal):
+            return Decision("review", Review("recover", signal))
+        return Decision("review", Review("continue", signal or "no failure signal"))
+
+    def locate_coarse(self, ctx: DecisionContext) -> Decision:
+        return Decision("locate_coarse", segments_containing(ctx, suspect_step(ctx)))
+
+    def locate_fine(self, ctx: DecisionContext) -> Decision:
+        a, b = ctx.segment or (0, len(ctx.history) + 1)
+        step = suspect_step(ctx)
+        return Decision("locate_fine", step if a <= step < b else latest_admissible_in(ctx))
+
+    def reflect(self, ctx: DecisionContext) -> Decision:
+        return Decision("reflect", reflection_for(ctx, ctx.restore_point or 0))
+
+
+# --- oracle ---------------------------------------------------------------------------------------
+class OracleController(HeuristicController):
+    """Hindsight: `value(i)` re-executes the expert plan from checkpoint i (set by the loop)."""
+
+    name = "oracle"
+
+    def __init__(self) -> None:
+        self.value: Callable[[int], float] | None = None
+        self._best: dict[tuple[str, ...], int] = {}
+
+    def _best_restore(self, ctx: DecisionContext) -> int:
+        from rir_runtime.values import latest_best_bisect
+
+        key = tuple(s.action for s in ctx.history)
+        if key not in self._best:
+            assert self.value is not None, "the loop must attach a value probe to the oracle"
+            self._best = {key: latest_best_bisect(list(ctx.admissible), self.value)[0]}
+        return self._best[key]
+
+    def review(self, ctx: DecisionContext) -> Decision:
+        assert self.value is not None, "the loop must attach a value probe to the oracle"
+        now = len(ctx.history)
+        if ctx.history and ctx.history[-1].lost or now not in ctx.admissible or self.value(now) == 0.0:
+            best = self._best_restore(ctx) if ctx.admissible else None
+            if best is not None and self.value(best) > 0.0:
+                return Decision("review", Review("recover", f"success is still possible from checkpoint {best}"))
+        return Decision("review", Review("continue", "the branch can still succeed"))
+
+    def locate_coarse(self, ctx: DecisionContext) -> Decision:
+        return Decision("locate_coarse", segments_containing(ctx, self._best_restore(ctx)))
+
+    def locate_fine(self, ctx: DecisionContext) -> Decision:
+        return Decision("locate_fine", self._best_restore(ctx))
+
+
+# --- prompted (and tuned) --------------------------------------------------------------------------
+class PromptedController:
+    """Any model through a backend; the same renderer builds the training data."""
+
+    uses_model = True
+
+    def __init__(self, backend: object, name: str, max_new_tokens: int = 160) -> None:
+        self.backend = backend
+        self.name = name
+        self.max_new_tokens = max_new_tokens
+
+    def _ask(self, kind: DecisionKind, ctx: DecisionContext) -> Decision:
+        messages = render_decision(kind, ctx)
+        calls = failures = p_tok = c_tok = 0
+        raw = ""
+        for _attempt in range(2):
+            completion = self.backend.generate([messages], max_new_tokens=self.max_new_tokens)[0]  # type: ignore[attr-defined]
+            calls += 1
+            p_tok += completion.prompt_tokens
+            c_tok += completion.completion_tokens
+            raw = completion.text
+            try:
+                value = parse(kind, raw)
+                return Decision(kind, value, raw, failures, calls, p_tok, c_tok)
+            except ParseError as err:
+                failures += 1
+                messages = messages + [
+                    {"role": "assistant", "content": raw},
+                    {"role": "user", "content": f"That reply could not be parsed: {err}. Reply again with JSON only."},
+                ]
+        return Decision(kind, default_value(kind, ctx), raw, failures, calls, p_tok, c_tok, {"fallback": True})
+
+    def review(self, ctx: DecisionContext) -> Decision:
+        return self._ask("review", ctx)
+
+    def locate_coarse(self, ctx: DecisionContext) -> Decision:
+        return self._ask("locate_coarse", ctx)
+
+    def locate_fine(self, ctx: DecisionContext) -> Decision:
+        return self._ask("locate_fine", ctx)
+
+    def reflect(self, ctx: DecisionContext) -> Decision:
+        return self._ask("reflect", ctx)
+
+
+class CompositeController:
+    """Per-module swaps: When from one controller, Where from another, What from a third."""
+
+    def __init__(self, when: Controller, where: Controller, what: Controller) -> None:
+        self.when, self.where, self.what = when, where, what
+        self.name = f"when={when.name},where={where.name},what={what.name}"
+        self.uses_model = when.uses_model or where.uses_model or what.uses_model
+
+    def review(self, ctx: DecisionContext) -> Decision:
+        return self.when.review(ctx)
+
+    def locate_coarse(self, ctx: DecisionContext) -> Decision:
+        return self.where.locate_coarse(ctx)
+
+    def locate_fine(self, ctx: DecisionContext) -> Decision:
+        return self.where.locate_fine(ctx)
+
+    def reflect(self, ctx: DecisionContext) -> Decision:
+        return self.what.reflect(ctx)
+
+
+CONTROLLER_KINDS = ("heuristic", "oracle", "prompted:<model>", "tuned:<adapter-folder>")
+
+
+def make_controller(spec: str, backend_factory: Callable[[str], object] | None = None) -> Controller:
+    """Resolve a controller name. `when=A;where=B;what=C` composes modules from three controllers."""
+    if ";" in spec:
+        parts = dict(p.split("=", 1) for p in spec.split(";") if "=" in p)
+        missing = {"when", "where", "what"} - set(parts)
+        if missing:
+            raise UnknownNameError("composite controller part", ",".join(sorted(missing)), ["when", "where", "what"])
+        return CompositeController(*(make_controller(parts[k], backend_factory) for k in ("when", "where", "what")))
+    kind, _, arg = spec.partition(":")
+    if kind == "heuristic":
+        return HeuristicController()
+    if kind == "oracle":
+        return OracleController()
+    if kind in ("prompted", "tuned") and arg:
+        if backend_factory is None:
+            from rir_runtime.llm import make_backend as backend_factory  # type: ignore[no-redef]
+        return PromptedController(backend_factory(arg), name=spec)
+    raise UnknownNameError("controller", spec, list(CONTROLLER_KINDS))
+
+
+__all__ = [
+    "CompositeController", "Controller", "HeuristicController", "OracleController", "PromptedController",
+    "dump", "make_controller",
+]

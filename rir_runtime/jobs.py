@@ -1,0 +1,220 @@
+"""Episode jobs: the selection flags shared by `rir run`, `rir rollout` and `rir eval`, expanded
+into one job per (task, method, seed), run in parallel workers into an append-only JSONL file.
+
+Resuming is by episode id: finished episodes in the file are skipped, nothing is rewritten. A
+killed run loses at most the episodes in flight; a truncated last line is skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rir_runtime.envs import ENV_CLASSES, Env, TaskSpec, make_env, parse_variations, resolve_tasks
+from rir_runtime.errors import UnknownNameError, UserInputError
+from rir_runtime.recovery import METHODS, PRESETS
+
+
+@dataclass
+class SelectionConfig:
+    """What to run: environments x tasks x variations x methods x seeds, with one policy,
+    one controller and fixed budgets. Shared by `rir run`, `rir rollout` and `rir eval`."""
+
+    env: str = field(default="builtin", metadata={"help": "environment", "choices": list(ENV_CLASSES)})
+    tasks: list[str] = field(default_factory=list, metadata={"help": "comma list of task names (default: all)"})
+    split: str = field(default="dev", metadata={"help": "variation split", "choices": ["train", "dev", "test"]})
+    variations: str = field(default="0-4", metadata={"help": "variation indices within the split: 0-9 or 0,3,5"})
+    policy: str = field(default="noisy-expert", metadata={"help": "noisy-expert or llm:<model>"})
+    policy_mode: str = field(default="rank", metadata={"help": "LLM action mode", "choices": ["rank", "generate"]})
+    error_rate: float = field(default=0.15, metadata={"help": "error rate of the noisy expert"})
+    methods: list[str] = field(default_factory=lambda: list(METHODS), metadata={"help": "comma list of presets"})
+    controller: str = field(default="heuristic", metadata={"help": "heuristic, oracle, prompted:<model>, "
+                                                                   "tuned:<adapter>, or when=..;where=..;what=.."})
+    seeds: list[int] = field(default_factory=lambda: [0], metadata={"help": "comma list of seeds"})
+    budget_agent: int = field(default=60, metadata={"help": "B_agent: model calls per episode"})
+    budget_rollback: int = field(default=5, metadata={"help": "B_rb: recoveries per episode"})
+    max_steps: int = field(default=100, metadata={"help": "environment steps per episode (safety cap)"})
+    review_interval: int = field(default=4, metadata={"help": "initial scheduled review interval"})
+    workers: int = field(default=1, metadata={"help": "parallel worker processes"})
+    out: str = field(default="runs/eval", metadata={"help": "output folder"})
+
+    def __post_init__(self) -> None:
+        if self.env not in ENV_CLASSES:
+            raise UnknownNameError("environment", self.env, list(ENV_CLASSES))
+        for method in self.methods:
+            if method not in PRESETS:
+                raise UnknownNameError("method", method, list(PRESETS))
+        if not self.methods:
+            raise ValueError("methods is empty: name at least one of " + ", ".join(METHODS))
+        if not (self.policy == "noisy-expert" or self.policy.startswith("llm:")):
+            raise UnknownNameError("policy", self.policy, ["noisy-expert", "llm:<model>"])
+        if not 0.0 <= self.error_rate <= 1.0:
+            raise ValueError("error_rate must be within [0, 1]")
+        if self.budget_agent < 0 or self.budget_rollback < 0:
+            raise ValueError("budgets must be >= 0")
+        if self.workers < 1:
+            raise ValueError("workers must be >= 1")
+        if not self.seeds:
+            raise ValueError("seeds is empty: pass at least one seed, e.g. --seeds 0")
+        parse_variations(self.variations)  # fail early on a malformed range
+
+
+@dataclass(frozen=True)
+class EpisodeJob:
+    task: TaskSpec
+    method: str
+    controller: str
+    policy: str
+    policy_mode: str
+    error_rate: float
+    seed: int
+    budget_agent: int
+    budget_rollback: int
+    max_steps: int
+    review_interval: int
+    tag: str = ""  # data_gen: exploratory variant name
+
+    @property
+    def episode_id(self) -> str:
+        ctrl = "-" if self.method == "react" else self.controller
+        return f"{self.task.key}/{self.method}/{ctrl}/{self.policy}/s{self.seed}{'/' + self.tag if self.tag else ''}"
+
+
+def expand_jobs(cfg: SelectionConfig, env: Env | None = None) -> list[EpisodeJob]:
+    """All jobs of a selection, in a deterministic order; validates tasks and variations."""
+    env = env or make_env(cfg.env)
+    specs = resolve_tasks(env, cfg.tasks or None, cfg.split, parse_variations(cfg.variations))
+    return [
+        EpisodeJob(spec, method, cfg.controller, cfg.policy, cfg.policy_mode, cfg.error_rate, seed,
+                   cfg.budget_agent, cfg.budget_rollback, cfg.max_steps, cfg.review_interval)
+        for spec in specs for method in cfg.methods for seed in cfg.seeds
+    ]
+
+
+# --- running one job (inside a worker) --------------------------------------------------------------
+_ENVS: dict[str, Env] = {}
+_BACKENDS: dict[str, Any] = {}
+
+
+def _backend(model: str) -> Any:
+    if model not in _BACKENDS:
+        from rir_runtime.llm import make_backend
+
+        _BACKENDS[model] = make_backend(model)
+    return _BACKENDS[model]
+
+
+def run_job(job: EpisodeJob) -> dict[str, Any]:
+    """Run one episode; environments and model backends are cached per worker process."""
+    from rir_runtime.controllers import make_controller
+    from rir_runtime.loop import Budgets, EpisodeRunner
+    from rir_runtime.policies import LLMPolicy, NoisyExpertPolicy
+
+    env = _ENVS.get(job.task.env) or _ENVS.setdefault(job.task.env, make_env(job.task.env))
+    if job.policy == "noisy-expert":
+        policy: Any = NoisyExpertPolicy(env, job.error_rate, job.seed)
+    else:
+        model = job.policy.split(":", 1)[1]
+        policy = LLMPolicy(_backend(model), job.policy_mode, name=job.policy)
+    controller = make_controller(job.controller, _backend)
+    runner = EpisodeRunner(env, policy, controller, PRESETS[job.method],
+                           Budgets(job.budget_agent, job.budget_rollback, job.max_steps), job.review_interval)
+    record = runner.run(job.task)
+    record.update(episode_id=job.episode_id, seed=job.seed, tag=job.tag)
+    if job.method == "react":
+        record["controller"] = "-"
+    return record
+
+
+# --- the append-only episode file ------------------------------------------------------------------
+def read_episodes(path: Path) -> list[dict[str, Any]]:
+    """Records of a JSONL file; a truncated or corrupt line is skipped with a warning."""
+    if not path.exists():
+        return []
+    records = []
+    for n, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            warnings.warn(f"{path}:{n}: skipping a truncated or corrupt line (a killed run?)", stacklevel=2)
+    return records
+
+
+def _repair_tail(path: Path) -> None:
+    """Make sure the file ends with a newline, so a new record never glues onto a partial line."""
+    if path.exists() and path.stat().st_size:
+        with path.open("rb+") as fh:
+            fh.seek(-1, 2)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+
+
+def run_jobs(jobs: list[EpisodeJob], out_file: Path, workers: int = 1,
+             on_record: Callable[[dict[str, Any]], None] | None = None, desc: str = "episodes") -> list[dict[str, Any]]:
+    """Run the jobs not yet in `out_file`, appending one line per finished episode."""
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    done_records = read_episodes(out_file)
+    done = {r.get("episode_id") for r in done_records}
+    todo = [j for j in jobs if j.episode_id not in done]
+    if len(todo) < len(jobs):
+        print(f"resuming: {len(jobs) - len(todo)} of {len(jobs)} episodes already in {out_file}", file=sys.stderr)
+    _repair_tail(out_file)
+    new: list[dict[str, Any]] = []
+    with out_file.open("a") as fh, _progress(len(todo), desc) as bar:
+        for record in _execute(todo, workers):
+            fh.write(json.dumps(record) + "\n")
+            fh.flush()
+            new.append(record)
+            if on_record:
+                on_record(record)
+            bar.update(record)
+    return done_records + new
+
+
+def _execute(jobs: list[EpisodeJob], workers: int) -> Iterator[dict[str, Any]]:
+    if workers <= 1 or len(jobs) <= 1:
+        yield from map(run_job, jobs)
+        return
+    with mp.get_context("spawn").Pool(workers) as pool:
+        yield from pool.imap_unordered(run_job, jobs)
+
+
+class _progress:
+    """A tqdm bar showing episodes done, success so far and episodes per minute."""
+
+    def __init__(self, total: int, desc: str) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=desc, unit="ep", file=sys.stderr, disable=total == 0)
+        self.start, self.n, self.wins = time.perf_counter(), 0, 0
+
+    def update(self, record: dict[str, Any]) -> None:
+        self.n += 1
+        self.wins += bool(record.get("success"))
+        per_min = 60 * self.n / max(time.perf_counter() - self.start, 1e-9)
+        self.bar.set_postfix(success=f"{self.wins / self.n:.0%}", ep_per_min=f"{per_min:.1f}")
+        self.bar.update(1)
+
+    def __enter__(self) -> _progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
+
+
+def job_to_dict(job: EpisodeJob) -> dict[str, Any]:
+    return asdict(job)
+
+
+def check_nonempty(jobs: list[EpisodeJob]) -> None:
+    if not jobs:
+        raise UserInputError("the selection has no episodes: check --tasks, --variations and --methods")

@@ -1,0 +1,296 @@
+"""The episode loop: one loop for every method, parameterised by a `RecoveryPreset`.
+
+Before every executable action the loop stores `C_i = (s_i, h_i)`. The agent may act, call the
+`rollback` tool, or give a final response. Reviews (When) start on the agent's call, on the
+adaptive schedule, and when the episode ends in failure. A recovery picks a restore point (Where:
+coarse segment, then step; or the preset's fixed depth), distils a reflection from the abandoned
+suffix (What), restores the environment and the branch history, and keeps the memory.
+
+Budgets: `agent` counts every model call (policy steps and model-backed controller decisions),
+`rollback` counts recoveries. Neither is ever exceeded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rir_runtime.controllers import (
+    CompositeController,
+    Controller,
+    OracleController,
+    failure_signal,
+    latest_admissible_in,
+)
+from rir_runtime.decisions import Decision, Reflection, dump
+from rir_runtime.envs.base import Env, TaskSpec
+from rir_runtime.envs.checkpoints import CheckpointStore, Step
+from rir_runtime.errors import RestoreError
+from rir_runtime.memory import ReflectionMemory
+from rir_runtime.policies import AgentContext, Policy
+from rir_runtime.prompts import DecisionContext
+from rir_runtime.recovery import RecoveryPreset, ReviewSchedule, segments
+from rir_runtime.values import ValueProbe
+
+
+@dataclass(frozen=True)
+class Budgets:
+    agent: int = 60  # B_agent: model calls, agent and controller
+    rollback: int = 5  # B_rb: recoveries
+    max_steps: int = 100  # environment steps per episode, a safety cap
+
+    def __post_init__(self) -> None:
+        if self.agent < 0 or self.rollback < 0 or self.max_steps < 1:
+            raise ValueError("budgets must be >= 0 (agent, rollback) and max_steps >= 1")
+
+
+@dataclass
+class Episode:
+    """Mutable state of one running episode (the branch lives in `history` and `store`)."""
+
+    task: TaskSpec
+    objective: str
+    memory: ReflectionMemory
+    store: CheckpointStore = field(default_factory=CheckpointStore)
+    history: tuple[Step, ...] = ()
+    observation: str = ""
+    score: float = 0.0
+    done: bool = False
+    won: bool = False
+    lost: bool = False
+    agent_calls: int = 0
+    controller_calls: int = 0
+    recoveries: int = 0
+    rollbacks: int = 0
+    env_steps: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    parse_failures: int = 0
+    stop_reason: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def t(self) -> int:
+        return len(self.history)
+
+    def log(self, kind: str, **data: Any) -> None:
+        self.events.append({"type": kind, "t": self.t, **data})
+
+
+def _oracle_parts(controller: Controller) -> list[OracleController]:
+    parts = [controller.when, controller.where, controller.what] if isinstance(controller, CompositeController) else [controller]
+    return [p for p in parts if isinstance(p, OracleController)]
+
+
+class EpisodeRunner:
+    """Runs episodes of one method (preset) with one policy and controller on one environment."""
+
+    def __init__(self, env: Env, policy: Policy, controller: Controller, preset: RecoveryPreset,
+                 budgets: Budgets = Budgets(), review_interval: int = 4, memory_chars: int = 1200) -> None:
+        self.env, self.policy, self.controller, self.preset = env, policy, controller, preset
+        self.budgets, self.review_interval, self.memory_chars = budgets, review_interval, memory_chars
+
+    # --- the loop -------------------------------------------------------------------------------
+    def run(self, task: TaskSpec) -> dict[str, Any]:
+        start = time.perf_counter()
+        obs = self.env.reset(task)
+        memory = ReflectionMemory(objective=obs.objective, mode=self.preset.memory,
+                                  keep_state_claims=self.preset.keep_state_claims,
+                                  keep_failures=self.preset.keep_failures)
+        ep = Episode(task, obs.objective, memory, observation=obs.text, score=obs.score)
+        ep.store.save(self.env, ())
+        probe = ValueProbe(self.env)
+        for oracle in _oracle_parts(self.controller):
+            oracle.value = lambda i: probe.value(ep.store[i].snapshot)
+        schedule = ReviewSchedule(base=max(1, self.review_interval), maximum=max(16, self.review_interval))
+        ep.log("reset", observation=obs.text, objective=obs.objective)
+
+        while True:
+            if ep.done:
+                if ep.won or not self._recover_allowed(ep) or not self._review(ep, schedule, "terminal"):
+                    ep.stop_reason = ep.stop_reason or ("won" if ep.won else "failed")
+                    break
+                continue
+            if ep.agent_calls >= self.budgets.agent:
+                ep.stop_reason = "agent budget spent"
+                break
+            if ep.env_steps >= self.budgets.max_steps:
+                ep.stop_reason = "step cap reached"
+                break
+            if self.preset.scheduled_review and ep.t and schedule.due(ep.t) and self._recover_allowed(ep):
+                if self._review(ep, schedule, "schedule"):
+                    continue
+            self._agent_turn(ep, schedule)
+
+        record = self._record(ep, probe, time.perf_counter() - start)
+        return record
+
+    def _agent_turn(self, ep: Episode, schedule: ReviewSchedule) -> None:
+        actions = self.env.admissible_actions()
+        ctx = AgentContext(ep.task.key, ep.objective, ep.memory, ep.history, ep.observation, actions)
+        act = self.policy.act(ctx)
+        ep.agent_calls += 1
+        ep.prompt_tokens += act.prompt_tokens
+        ep.completion_tokens += act.completion_tokens
+        ep.parse_failures += int(act.parse_failure)
+        if act.kind == "respond":
+            ep.log("respond", text=act.text)
+            ep.done, ep.stop_reason = True, "final response"
+            return
+        if act.kind == "rollback":
+            ep.log("rollback_call", reason=act.reason, target=act.target)
+            error = self._rollback_tool_error(ep, act.target)
+            if error:
+                ep.observation = f"[rollback tool] {error}"
+                ep.log("tool_error", message=error)
+                return
+            self._review(ep, schedule, "agent", target=act.target)
+            return
+        result = self.env.step(act.text)
+        step = Step(ep.t, act.text, result.observation, result.score, result.won, result.lost, act.injected_error)
+        ep.store.record_step(step, result)
+        ep.history = ep.history + (step,)
+        ep.env_steps += 1
+        ep.observation, ep.score = result.observation, result.score
+        ep.log("step", action=act.text, observation=result.observation, score=result.score,
+               won=result.won, lost=result.lost, injected_error=act.injected_error)
+        if result.done:
+            ep.done, ep.won, ep.lost = True, result.won, result.lost or not result.won
+            return
+        ep.store.save(self.env, ep.history)
+        if failure_signal(self._context(ep, "signal")):
+            schedule.on_signal(ep.t)
+
+    def _rollback_tool_error(self, ep: Episode, target: int | None) -> str | None:
+        if not self.preset.recovers:
+            return "rollback is not available in this run; continue with a task action"
+        if ep.recoveries >= self.budgets.rollback:
+            return f"the rollback budget ({self.budgets.rollback}) is spent"
+        if target is not None:
+            reason = ep.store.reason_not_admissible(target)
+            if reason:
+                return f"{reason}; admissible checkpoints: {ep.store.admissible()}"
+        return None
+
+    # --- recovery: When, Where, What ---------------------------------------------------------------
+    def _recover_allowed(self, ep: Episode) -> bool:
+        return self.preset.recovers and ep.recoveries < self.budgets.rollback and ep.agent_calls < self.budgets.agent
+
+    def _context(self, ep: Episode, trigger: str, **extra: Any) -> DecisionContext:
+        blamed = tuple(f.action for f in ep.memory.failures)
+        return DecisionContext(ep.task.key, ep.objective, ep.memory.render(self.memory_chars), ep.history,
+                               ep.observation, ep.score, trigger, tuple(ep.store.admissible()),
+                               blamed_actions=blamed, **extra)
+
+    def _decide(self, ep: Episode, call: str, ctx: DecisionContext) -> Decision | None:
+        """One controller call, counted; None when a model-backed call would exceed the budget."""
+        if self.controller.uses_model and ep.agent_calls >= self.budgets.agent:
+            return None
+        decision: Decision = getattr(self.controller, call)(ctx)
+        ep.controller_calls += 1
+        ep.agent_calls += decision.model_calls
+        ep.prompt_tokens += decision.prompt_tokens
+        ep.completion_tokens += decision.completion_tokens
+        ep.parse_failures += decision.parse_failures
+        return decision
+
+    def _review(self, ep: Episode, schedule: ReviewSchedule, trigger: str, target: int | None = None) -> bool:
+        """Ask When; on "recover", run Where and What and restore. True when a recovery happened."""
+        decision = self._decide(ep, "review", self._context(ep, trigger))
+        if decision is None:
+            return False
+        ep.log("review", trigger=trigger, decision=decision.value.decision, reason=decision.value.reason,
+               raw=decision.raw or dump("review", decision.value))
+        schedule.on_verdict(ep.t, decision.value.recover)
+        if not decision.value.recover:
+            return False
+        restore_to = self._where(ep, target)
+        if restore_to is None:
+            return False
+        return self._recover(ep, restore_to)
+
+    def _where(self, ep: Episode, target: int | None) -> int | None:
+        admissible = ep.store.admissible()
+        if not admissible:
+            ep.log("locate", error="no admissible checkpoint")
+            return None
+        depth = self.preset.depth
+        if depth == "stay":
+            return ep.t if not ep.done else None  # information-level only: nothing to stay in after the end
+        if depth == "restart":
+            return admissible[0]
+        if target is not None:
+            return target
+        return self._localise(ep, admissible)
+
+    def _localise(self, ep: Episode, admissible: list[int]) -> int | None:
+        segs = segments(ep.history, max(admissible))
+        mode = self.preset.localisation
+        if mode == "fine":
+            segs = ((0, max(admissible) + 1),)
+        ctx = self._context(ep, "locate", segments=segs)
+        seg_index = 0
+        if len(segs) > 1:
+            coarse = self._decide(ep, "locate_coarse", ctx)
+            if coarse is None:
+                return None
+            seg_index = min(max(int(coarse.value), 0), len(segs) - 1)
+        segment = segs[seg_index]
+        ctx = replace(ctx, segment=segment)
+        if mode == "coarse":
+            inside = [i for i in admissible if segment[0] <= i < segment[1]]
+            step = inside[0] if inside else latest_admissible_in(ctx)
+        else:
+            fine = self._decide(ep, "locate_fine", ctx)
+            if fine is None:
+                return None
+            step = int(fine.value)
+            if step not in admissible:  # a model may name a checkpoint it may not use
+                ep.log("locate_fallback", asked=step)
+                step = latest_admissible_in(ctx)
+        ep.log("locate", segments=[list(s) for s in segs], segment=seg_index, step=step)
+        return step
+
+    def _recover(self, ep: Episode, r: int) -> bool:
+        if self.preset.memory != "none":
+            decision = self._decide(ep, "reflect", self._context(ep, "reflect", restore_point=r))
+            reflection = decision.value if decision else Reflection()
+            ep.memory.add(reflection)
+            ep.log("reflect", restore_point=r, reflection=reflection.to_json(), memory=ep.memory.snapshot())
+        if r == ep.t and not ep.done:  # k = 0: stay, keep the reflection
+            ep.recoveries += 1
+            ep.log("restore", to=r, k=0)
+            return True
+        try:
+            checkpoint, obs = ep.store.restore(self.env, r)
+        except RestoreError as err:
+            ep.log("restore_failed", to=r, error=str(err))
+            return False
+        ep.log("restore", to=r, k=ep.t - r, first_error=_first_injected(ep.history))
+        ep.history, ep.observation, ep.score = checkpoint.history, obs.text, checkpoint.score
+        ep.done = ep.won = ep.lost = False
+        ep.stop_reason = ""
+        ep.recoveries += 1
+        ep.rollbacks += 1
+        return True
+
+    # --- the record ---------------------------------------------------------------------------------
+    def _record(self, ep: Episode, probe: ValueProbe, wall_s: float) -> dict[str, Any]:
+        task = ep.task
+        first_errors = [e["t"] - 1 for e in ep.events if e["type"] == "step" and e.get("injected_error")]
+        return {
+            "env": task.env, "task": task.task, "split": task.split, "variation": task.variation,
+            "method": self.preset.name, "controller": self.controller.name, "policy": self.policy.name,
+            "success": bool(ep.won), "score": ep.score, "agent_calls": ep.agent_calls,
+            "controller_calls": ep.controller_calls, "rollbacks": ep.rollbacks, "recoveries": ep.recoveries,
+            "env_steps": ep.env_steps, "prompt_tokens": ep.prompt_tokens, "completion_tokens": ep.completion_tokens,
+            "wall_s": round(wall_s, 4), "parse_failures": ep.parse_failures,
+            "restore_divergences": ep.store.divergences, "oracle_env_steps": probe.env_steps,
+            "first_error_step": first_errors[0] if first_errors else None,
+            "stop_reason": ep.stop_reason, "memory": ep.memory.snapshot(), "events": ep.events,
+        }
+
+
+def _first_injected(history: tuple[Step, ...]) -> int | None:
+    return next((s.index for s in history if s.injected_error), None)

@@ -1,0 +1,152 @@
+"""Base policies: the LLM agent, and a scripted error-injected expert for controlled experiments.
+
+A policy sees an `AgentContext` and answers an `AgentAction`: a task action, a call of the
+`rollback` tool (with a reason), or a final response that ends the episode.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from rir_runtime.envs.base import Env
+from rir_runtime.envs.checkpoints import Step
+from rir_runtime.errors import UnknownNameError
+from rir_runtime.memory import ReflectionMemory
+from rir_runtime.prompts import render_agent
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    task: str
+    objective: str
+    memory: ReflectionMemory
+    history: tuple[Step, ...]
+    observation: str
+    actions: list[str]
+
+
+@dataclass(frozen=True)
+class AgentAction:
+    kind: Literal["task", "rollback", "respond"]
+    text: str
+    reason: str = ""
+    target: int | None = None  # rollback: a checkpoint the agent asks for (validated by the loop)
+    injected_error: bool = False  # scripted expert: this action is a deliberate mistake
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    parse_failure: bool = False
+
+
+class Policy(Protocol):
+    name: str
+
+    def act(self, ctx: AgentContext) -> AgentAction: ...
+
+
+# --- the error-injected expert ---------------------------------------------------------------------
+def _unit(*parts: str) -> float:
+    """A deterministic number in [0, 1) from strings: the same state always gives the same draw."""
+    digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+class NoisyExpertPolicy:
+    """Follows the environment's expert plan, but at error points seeded by (task, state) takes a
+    plausible wrong action: one that shares the verb or the object of the right one (slice vs
+    chill the onion, focus on the wrong thing). Like a greedy LLM it repeats the same mistake from
+    the same state, unless its memory holds a failure record for that action.
+
+    When the expert has no plan (a silent error already doomed the branch and only the oracle
+    knows), it keeps following its last plan, as an agent that has not noticed would.
+    """
+
+    name = "noisy-expert"
+
+    def __init__(self, env: Env, error_rate: float = 0.15, seed: int = 0) -> None:
+        self.env, self.error_rate, self.seed = env, error_rate, seed
+        # plan remaining after acting in each state (keyed by the branch's action prefix)
+        self._after: dict[tuple[str, ...], list[str]] = {}
+
+    def act(self, ctx: AgentContext) -> AgentAction:
+        state = tuple(s.action for s in ctx.history)
+        plan = self.env.expert_actions() or self._after.get(state[:-1], [])
+        if not plan:
+            return AgentAction("respond", "I cannot find a way to finish the task.")
+        right, self._after[state] = plan[0], plan[1:]
+        key = "|".join(state)
+        if _unit(str(self.seed), ctx.task, key, right) < self.error_rate:
+            wrong = self._mistake(right, ctx.actions, ctx.task, key)
+            if wrong and not ctx.memory.forbids(wrong):
+                return AgentAction("task", wrong, injected_error=True)
+        return AgentAction("task", right)
+
+    @staticmethod
+    def _mistake(right: str, actions: list[str], task: str, state: str) -> str | None:
+        words = right.split()
+        similar = [a for a in actions if a != right and (a.split()[0] == words[0] or a.split()[-1] == words[-1])]
+        if not similar:
+            return None
+        return similar[int(_unit(task, state, "pick") * len(similar))]
+
+
+# --- the LLM policy --------------------------------------------------------------------------------
+_ACTION_LINE = re.compile(r"action\s*:\s*(.+)", re.IGNORECASE)
+
+
+def match_action(text: str, actions: list[str]) -> tuple[AgentAction | None, str]:
+    """Map free text to an admissible action or the rollback tool; (None, reason) if impossible."""
+    m = _ACTION_LINE.search(text)
+    candidate = (m.group(1) if m else text).strip().splitlines()[0].strip().strip(".'\"`").lower() if text.strip() else ""
+    if not candidate:
+        return None, "empty reply"
+    if candidate.startswith("rollback"):
+        rest = candidate[len("rollback"):].strip()
+        target = re.match(r"(?:to\s+)?(\d+)\b", rest)
+        return AgentAction("rollback", "rollback", reason=rest, target=int(target.group(1)) if target else None), ""
+    lowered = {a.lower(): a for a in actions}
+    if candidate in lowered:
+        return AgentAction("task", lowered[candidate]), ""
+    close = difflib.get_close_matches(candidate, list(lowered), n=1, cutoff=0.75)
+    if close:
+        return AgentAction("task", lowered[close[0]]), ""
+    return None, f"'{candidate}' is not a valid action"
+
+
+class LLMPolicy:
+    """ReAct-style LLM agent over a backend.
+
+    `rank` scores every admissible action by the model's log-likelihood in one batched forward
+    pass (the usual choice for small models); `generate` samples free text, parsed and matched to
+    the admissible actions, retried once with the error shown, else the first admissible action.
+    """
+
+    def __init__(self, backend: object, mode: Literal["rank", "generate"] = "rank", name: str = "llm") -> None:
+        if mode not in ("rank", "generate"):
+            raise UnknownNameError("LLM action mode", mode, ["rank", "generate"])
+        self.backend, self.mode, self.name = backend, mode, name
+
+    def act(self, ctx: AgentContext) -> AgentAction:
+        messages = render_agent(ctx.objective, ctx.memory.render(), ctx.history, ctx.observation, ctx.actions)
+        if not ctx.actions:
+            return AgentAction("respond", "no valid actions")
+        if self.mode == "rank":
+            scores = self.backend.score(messages, [f"Action: {a}" for a in ctx.actions])  # type: ignore[attr-defined]
+            best = max(range(len(ctx.actions)), key=lambda i: scores[i])
+            tokens = sum(len(m["content"]) for m in messages) // 4  # scoring reports no usage; estimate
+            return AgentAction("task", ctx.actions[best], prompt_tokens=tokens)
+        p_tok = c_tok = 0
+        for attempt in range(2):
+            completion = self.backend.generate([messages], max_new_tokens=40, stop=["\n"])[0]  # type: ignore[attr-defined]
+            p_tok += completion.prompt_tokens
+            c_tok += completion.completion_tokens
+            action, error = match_action(completion.text, ctx.actions)
+            if action:
+                return AgentAction(action.kind, action.text, action.reason, action.target,
+                                   prompt_tokens=p_tok, completion_tokens=c_tok, parse_failure=attempt > 0)
+            messages = messages + [{"role": "assistant", "content": completion.text},
+                                   {"role": "user", "content": f"{error}. Answer 'Action: <one valid action>'."}]
+        return AgentAction("task", ctx.actions[0], prompt_tokens=p_tok, completion_tokens=c_tok, parse_failure=True)

@@ -1,0 +1,113 @@
+"""Prompt rendering for the agent and for the three controller decisions.
+
+This is the single renderer: prompted and tuned controllers call it at inference, and data_gen
+calls it to build training examples, so training and inference see the same text. Bump
+`PROMPT_FORMAT_VERSION` whenever the rendered text changes; tuned adapters record it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rir_runtime.decisions import DecisionKind
+from rir_runtime.envs.checkpoints import Step
+
+PROMPT_FORMAT_VERSION = 1
+Messages = list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class DecisionContext:
+    """Everything a controller may look at when deciding; the same for every implementation."""
+
+    task: str
+    objective: str
+    memory: str
+    history: tuple[Step, ...]
+    observation: str
+    score: float
+    trigger: str = "schedule"
+    admissible: tuple[int, ...] = ()
+    segments: tuple[tuple[int, int], ...] = ()  # coarse: [start, end) checkpoint ranges
+    segment: tuple[int, int] | None = None  # fine: the chosen range
+    restore_point: int | None = None  # reflect: where the branch is being rolled back to
+    blamed_actions: tuple[str, ...] = ()  # actions already named in remembered failures
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def _clip(text: str, n: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def history_lines(history: tuple[Step, ...], max_steps: int = 30, keep_first: int = 2) -> list[str]:
+    """One line per step; long trajectories are cut from the middle (keep the start and the end)."""
+    lines = [f"[{s.index}] {s.action} -> {_clip(s.observation)} (score {s.score:g})" for s in history]
+    if len(lines) > max_steps:
+        cut = len(lines) - max_steps
+        lines = lines[:keep_first] + [f"... ({cut} steps omitted) ..."] + lines[keep_first + cut :]
+    return lines
+
+
+SYSTEM_CONTROLLER = (
+    "You are the recovery controller of a text-game agent. The environment can be rolled back to "
+    "checkpoints; checkpoint i is the state just before step i. Reply with one JSON object only."
+)
+
+INSTRUCTIONS: dict[DecisionKind, str] = {
+    "review": 'Should the agent continue this branch or recover (roll back)? Answer {"decision": '
+    '"continue" or "recover", "reason": "<short reason>"}.',
+    "locate_coarse": 'Which segment contains the step that caused the trouble? Answer {"segment": <segment number>}.',
+    "locate_fine": 'Restore to which checkpoint? Pick the checkpoint just before the harmful step. Answer '
+    '{"step": <checkpoint number>}.',
+    "reflect": 'The branch after the restore point is abandoned. Write what should be remembered; never describe '
+    'the current state. Answer {"env_knowledge": [<reusable facts>], "milestones": [<progress reached>], '
+    '"failure": {"condition": "<situation>", "action": "<harmful action>", "outcome": "<what happened>", '
+    '"lesson": "<what to do instead in that situation>"}}.',
+}
+
+
+def render_decision(kind: DecisionKind, ctx: DecisionContext, max_steps: int = 30) -> Messages:
+    """The chat messages asking for one decision; the decision type is named in the prompt so one
+    adapter can learn all three."""
+    parts = [f"Decision: {kind}", f"Task: {ctx.objective}"]
+    if ctx.memory:
+        parts.append(f"Memory:\n{ctx.memory}")
+    parts.append("Trajectory:\n" + ("\n".join(history_lines(ctx.history, max_steps)) or "(no steps yet)"))
+    parts.append(f"Current observation: {_clip(ctx.observation, 300)} (score {ctx.score:g})")
+    if kind == "review":
+        parts.append(f"Review trigger: {ctx.trigger}")
+    elif kind == "locate_coarse":
+        segs = [f"segment {i}: checkpoints {a}-{b - 1}" for i, (a, b) in enumerate(ctx.segments)]
+        parts.append("Segments:\n" + "\n".join(segs))
+    elif kind == "locate_fine":
+        a, b = ctx.segment or (0, 0)
+        choices = [i for i in ctx.admissible if a <= i < b]
+        parts.append(f"Admissible checkpoints in this segment: {choices}")
+    elif kind == "reflect":
+        parts.append(f"Restoring to checkpoint {ctx.restore_point}; steps from there on are abandoned.")
+    parts.append(INSTRUCTIONS[kind])
+    return [{"role": "system", "content": SYSTEM_CONTROLLER}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+SYSTEM_AGENT = (
+    "You are an agent in a text game. Each turn, choose exactly one action from the list of valid "
+    "actions and answer 'Action: <action>'. If you believe an earlier step ruined the task, you may "
+    "answer 'Action: rollback <reason>' instead."
+)
+
+
+def render_agent(
+    objective: str, memory: str, history: tuple[Step, ...], observation: str, actions: list[str], max_steps: int = 8
+) -> Messages:
+    """The LLM policy's prompt: objective, memory block, recent history, observation, valid actions."""
+    recent = history_lines(history[-max_steps:], max_steps=max_steps, keep_first=0)
+    parts = [f"Task: {objective}"]
+    if memory:
+        parts.append(f"Lessons from earlier attempts:\n{memory}")
+    if recent:
+        parts.append("Recent steps:\n" + "\n".join(recent))
+    parts.append(f"Observation: {_clip(observation, 400)}")
+    parts.append("Valid actions: " + ", ".join(actions))
+    parts.append("Answer with 'Action: <action>'.")
+    return [{"role": "system", "content": SYSTEM_AGENT}, {"role": "user", "content": "\n\n".join(parts)}]
