@@ -81,8 +81,10 @@ def reflection_for(ctx: DecisionContext, r: int) -> Reflection:
     """What survives a restore to checkpoint r: the step taken there as a conditioned failure,
     facts learned from failed actions, milestones of the abandoned suffix. No state claims."""
     h = ctx.history
-    if not 0 <= r < len(h):
+    if not h:
         return Reflection()
+    if r >= len(h):  # k = 0: nothing is abandoned; reflect on the most suspect step so far
+        r = min(suspect_step(ctx), len(h) - 1)
     culprit = h[r]
     before = h[r - 1].observation if r > 0 else "at the start"
     knowledge = tuple(dict.fromkeys(f"'{s.action}' does nothing useful" for s in h[r:] if ERROR_OBSERVATION.search(s.observation)))

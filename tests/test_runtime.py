@@ -1,0 +1,300 @@
+"""The episode loop and the recovery operator on the built-in workshop."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+
+import pytest
+
+from rir_runtime.controllers import HeuristicController, OracleController, PromptedController
+from rir_runtime.decisions import Decision, Failure, Reflection
+from rir_runtime.envs import TaskSpec
+from rir_runtime.envs.builtin import WorkshopEnv
+from rir_runtime.jobs import SelectionConfig, expand_jobs, read_episodes, run_jobs
+from rir_runtime.loop import Budgets, EpisodeRunner
+from rir_runtime.memory import ReflectionMemory, is_state_claim
+from rir_runtime.policies import AgentAction, AgentContext, NoisyExpertPolicy
+from rir_runtime.recovery import PRESETS, ReviewSchedule, segments
+
+TASKS = [TaskSpec("builtin", "workshop-3", "dev", v) for v in range(40)]
+
+
+def run(method: str, task: TaskSpec, controller=None, budgets: Budgets = Budgets(), error_rate: float = 0.15) -> dict:
+    env = WorkshopEnv()
+    runner = EpisodeRunner(env, NoisyExpertPolicy(env, error_rate), controller or HeuristicController(),
+                           PRESETS[method], budgets)
+    return runner.run(task)
+
+
+def events(record: dict, kind: str) -> list[dict]:
+    return [e for e in record["events"] if e["type"] == kind]
+
+
+def fatal_step(task: TaskSpec, actions: list[str]) -> int | None:
+    """Ground truth: the first step after which the workshop is silently ruined."""
+    env = WorkshopEnv()
+    env.reset(task)
+    for i, action in enumerate(actions):
+        env.step(action)
+        if env.ruined_ingredients():
+            return i
+    return None
+
+
+def silent_error_tasks(min_gap: int = 3) -> list[tuple[TaskSpec, int]]:
+    """Tasks whose first fatal error is silent and lies >= min_gap steps before the symptom."""
+    found = []
+    for task in TASKS:
+        steps = events(run("react", task), "step")
+        err = fatal_step(task, [e["action"] for e in steps])
+        if err is not None and steps[-1]["lost"] and len(steps) - 1 - err >= min_gap:
+            found.append((task, err))
+    assert found, "the workshop should produce silent errors at error rate 0.15"
+    return found
+
+
+# --- presets: (k, M+) ---------------------------------------------------------------------------------
+def test_react_never_recovers() -> None:
+    for task in TASKS[:15]:
+        r = run("react", task)
+        assert r["rollbacks"] == r["recoveries"] == 0 and not events(r, "review") and not events(r, "restore")
+
+
+class AlwaysRecover(HeuristicController):
+    def review(self, ctx):
+        from rir_runtime.decisions import Review
+
+        return Decision("review", Review("recover", "test"))
+
+
+def test_self_refine_stays_and_keeps_text() -> None:
+    records = [run("self-refine", t, AlwaysRecover()) for t in TASKS[:15]]
+    restores = [e for r in records for e in events(r, "restore")]
+    assert restores and all(e["k"] == 0 for e in restores)
+    assert all(r["rollbacks"] == 0 for r in records)
+    assert any(r["memory"]["notes"] for r in records) and all(not r["memory"]["failures"] for r in records)
+
+
+def test_reflexion_restarts_from_the_initial_state_with_text() -> None:
+    records = [run("reflexion", t) for t in TASKS[:20]]
+    restores = [e for r in records for e in events(r, "restore")]
+    assert restores and all(e["to"] == 0 for e in restores)
+    assert any(r["memory"]["notes"] for r in records) and all(not r["memory"]["failures"] for r in records)
+
+
+def test_rollback_only_keeps_nothing_and_rir_keeps_structure() -> None:
+    only = [run("rollback-only", t) for t in TASKS[:20]]
+    assert any(r["rollbacks"] for r in only)
+    assert all(r["memory"] == {"env_knowledge": [], "milestones": [], "failures": [], "notes": []} for r in only)
+    full = [run("rir", t) for t in TASKS[:20]]
+    assert any(r["memory"]["failures"] for r in full) and all(not r["memory"]["notes"] for r in full)
+    assert any(0 < e["to"] for r in full for e in events(r, "restore"))
+
+
+def test_rollback_only_repeats_the_mistake_rir_does_not() -> None:
+    for task, err in silent_error_tasks()[:4]:
+        only, full = run("rollback-only", task, OracleController()), run("rir", task, OracleController())
+        assert not only["success"] and only["rollbacks"] == Budgets().rollback  # same mistake every time
+        assert full["success"] and full["rollbacks"] == 1
+
+
+# --- Where: a silent error several steps before the symptom --------------------------------------
+@pytest.mark.parametrize("controller", [OracleController, HeuristicController])
+def test_coarse_to_fine_finds_a_silent_error_before_the_symptom(controller) -> None:
+    for task, err in silent_error_tasks(min_gap=3)[:4]:
+        r = run("rir", task, controller())
+        restores = events(r, "restore")
+        assert r["success"], f"{task.key}: not recovered"
+        assert any(e["to"] == err for e in restores), f"{task.key}: no restore landed on the error step {err}"
+        if controller is OracleController:
+            assert restores[0]["to"] == err  # hindsight goes straight to the step before the error
+
+
+def test_segments_cut_at_milestones_and_chunks() -> None:
+    env = WorkshopEnv()
+    r = run("react", TASKS[0], error_rate=0.0)
+    assert r["success"]
+    from rir_runtime.envs.checkpoints import Step
+
+    history = tuple(Step(e["t"] - 1, e["action"], e["observation"], e["score"]) for e in events(r, "step"))[:-1]
+    segs = segments(history, len(history))
+    assert segs[0][0] == 0 and segs[-1][1] == len(history) + 1
+    assert all(a < b and b - a <= 6 for a, b in segs)
+    assert all(b == c for (_, b), (c, _) in zip(segs, segs[1:]))
+    del env
+
+
+# --- What: memory -------------------------------------------------------------------------------------
+def test_memory_drops_current_state_claims_and_conditions_lessons() -> None:
+    memory = ReflectionMemory(objective="cook")
+    memory.add(Reflection(("The fridge is open", "knives are in the drawer", "I am holding the knife"),
+                          ("found the recipe",),
+                          Failure("holding the onion", "slice onion", "ruined", "you have the onion in your hand")))
+    assert memory.env_knowledge == ["knives are in the drawer"]
+    assert memory.dropped_state_claims == 3
+    assert memory.failures[0].condition == "holding the onion" and not is_state_claim(memory.failures[0].lesson)
+    assert "The fridge is open" not in memory.render()
+    keeper = ReflectionMemory(objective="cook", keep_state_claims=True)
+    keeper.add(Reflection(("The fridge is open",)))
+    assert keeper.env_knowledge == ["The fridge is open"]
+
+
+def test_memory_render_is_bounded_and_keeps_newest() -> None:
+    memory = ReflectionMemory()
+    for i in range(50):
+        memory.add(Reflection(failure=Failure(f"case {i}", f"act {i}", "bad", "do something else")))
+    text = memory.render(max_chars=300)
+    assert len(text) <= 300 and "act 49" in text and "act 0'" not in text
+
+
+class StateClaimController(HeuristicController):
+    def reflect(self, ctx):
+        base = super().reflect(ctx).value
+        return Decision("reflect", Reflection(("the notebook is open", "notebooks hold recipes"), base.milestones, base.failure))
+
+
+def test_state_claims_do_not_survive_a_restore_in_rir() -> None:
+    for task, _ in silent_error_tasks()[:2]:
+        r = run("rir", task, StateClaimController())
+        assert "the notebook is open" not in r["memory"]["env_knowledge"]
+        assert "notebooks hold recipes" in r["memory"]["env_knowledge"]
+        r = run("rir-keeps-state-claims", task, StateClaimController())
+        assert "the notebook is open" in r["memory"]["env_knowledge"]
+
+
+# --- When: the adaptive schedule ---------------------------------------------------------------------
+def test_review_interval_shrinks_on_signals_and_grows_on_continue() -> None:
+    s = ReviewSchedule(base=4, minimum=1, maximum=16)
+    assert s.interval == 4 and not s.due(3) and s.due(4)
+    s.on_verdict(4, recovered=False)
+    assert s.interval == 8 and s.next_due == 12
+    s.on_verdict(12, recovered=False)
+    s.on_verdict(28, recovered=False)
+    assert s.interval == 16  # bounded
+    s.on_signal(30)
+    assert s.interval == 8 and s.next_due == 38
+    s.on_signal(31)
+    s.on_signal(32)
+    s.on_signal(33)
+    assert s.interval == 1 and s.next_due == 34
+    s.on_verdict(34, recovered=True)
+    assert s.interval == 4
+    with pytest.raises(ValueError):
+        ReviewSchedule(base=0)
+
+
+def test_failed_episode_is_reviewed_before_it_ends() -> None:
+    for task, _ in silent_error_tasks()[:3]:
+        r = run("rir", task)
+        first_recover = next(e for e in events(r, "review") if e["decision"] == "recover")
+        assert first_recover["trigger"] == "terminal"
+
+
+# --- budgets and bad input ------------------------------------------------------------------------------
+@pytest.mark.parametrize("method", list(PRESETS))
+@pytest.mark.parametrize("budgets", [Budgets(agent=5, rollback=1), Budgets(agent=30, rollback=2), Budgets(0, 0)])
+def test_budgets_are_never_exceeded(method: str, budgets: Budgets) -> None:
+    for task in TASKS[:8]:
+        r = run(method, task, budgets=budgets, error_rate=0.3)
+        assert r["agent_calls"] <= budgets.agent and r["recoveries"] <= budgets.rollback
+
+
+@dataclass
+class FakeCompletion:
+    text: str
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+
+
+class ScriptedBackend:
+    """Replies from a fixed list (then repeats the last): a narrow stand-in for a model."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies, self.calls = replies, 0
+
+    def generate(self, prompts, **kwargs):
+        reply = self.replies[min(self.calls, len(self.replies) - 1)]
+        self.calls += 1
+        return [FakeCompletion(reply) for _ in prompts]
+
+
+def test_prompted_controller_retries_once_then_falls_back() -> None:
+    backend = ScriptedBackend(["I think we should go on", "still not json"])
+    ctrl = PromptedController(backend, "prompted:fake")
+    task, _ = silent_error_tasks()[0]
+    r = run("rir", task, ctrl, Budgets(agent=60, rollback=3))
+    review = events(r, "review")[0]
+    assert review["decision"] == "continue"  # the safe default
+    assert r["parse_failures"] >= 2 and backend.calls == 2 * len(events(r, "review"))
+    assert r["agent_calls"] == r["env_steps"] + backend.calls  # controller model calls are counted
+    ok = PromptedController(ScriptedBackend(['{"decision": "recover", "reason": "lost"}', '{"segment": 0}',
+                                             '{"step": 0}', '{"env_knowledge": [], "milestones": [], "failure": null}']),
+                            "prompted:fake")
+    r = run("rir", task, ok, Budgets(agent=60, rollback=1))
+    assert events(r, "restore")[0]["to"] == 0 and r["parse_failures"] == 0
+
+
+class RollbackCaller:
+    name = "rollback-caller"
+
+    def __init__(self, target: int | None) -> None:
+        self.target, self.turn = target, 0
+
+    def act(self, ctx: AgentContext) -> AgentAction:
+        self.turn += 1
+        if self.turn == 3:
+            return AgentAction("rollback", "rollback", reason="test", target=self.target)
+        return AgentAction("task", ctx.actions[0])
+
+
+def test_rollback_tool_to_a_bad_checkpoint_is_a_tool_error_not_a_crash() -> None:
+    env = WorkshopEnv()
+    for method in ("rir", "react"):
+        r = EpisodeRunner(env, RollbackCaller(99), HeuristicController(), PRESETS[method], Budgets(agent=6)).run(TASKS[0])
+        errors = events(r, "tool_error")
+        assert len(errors) == 1 and ("does not exist" in errors[0]["message"] or "not available" in errors[0]["message"])
+
+
+def test_agent_rollback_call_starts_a_review() -> None:
+    env = WorkshopEnv()
+    r = EpisodeRunner(env, RollbackCaller(1), AlwaysRecover(), PRESETS["rir"], Budgets(agent=6)).run(TASKS[0])
+    assert events(r, "review")[0]["trigger"] == "agent" and events(r, "restore")[0]["to"] == 1
+
+
+def test_only_admissible_checkpoints_are_restored() -> None:
+    class WildWhere(HeuristicController):
+        def locate_fine(self, ctx):
+            return Decision("locate_fine", 999)
+
+    for task, _ in silent_error_tasks()[:2]:
+        r = run("rir", task, WildWhere())
+        assert events(r, "locate_fallback") and all(e["to"] < 999 for e in events(r, "restore"))
+
+
+def test_eval_resumes_without_duplicates(tmp_path) -> None:
+    cfg = SelectionConfig(env="builtin", tasks=["workshop-2"], variations="0-5", methods=["react", "rir"],
+                          out=str(tmp_path))
+    jobs = expand_jobs(cfg)
+    out = tmp_path / "episodes.jsonl"
+    run_jobs(jobs[:5], out)
+    text = out.read_text()
+    out.write_text(text + text.splitlines()[0][:40])  # a kill in the middle of a write
+    with pytest.warns(UserWarning, match="truncated"):
+        records = run_jobs(jobs, out)
+    ids = [r["episode_id"] for r in read_episodes(out)]
+    assert len(records) == len(jobs) == len(set(ids)) == len(ids)
+    assert json.loads(out.read_text().splitlines()[0])["episode_id"] == jobs[0].episode_id
+
+
+def test_bad_selection_is_rejected() -> None:
+    from rir_runtime.config import build_config
+    from rir_runtime.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="unknown method 'rirr'"):
+        build_config(SelectionConfig, {"methods": ["rirr"]})
+    with pytest.raises(UserInputError, match="budgets must be >= 0"):
+        build_config(SelectionConfig, {"budget_agent": -1})
+    with pytest.raises(UserInputError, match="policy"):
+        build_config(SelectionConfig, {"policy": "gpt"})
+    assert replace(SelectionConfig(), budget_agent=0).budget_agent == 0
