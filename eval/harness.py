@@ -43,7 +43,7 @@ def evaluate(cfg: SelectionConfig) -> dict[str, Any]:
     jobs = expand_jobs(cfg)
     check_nonempty(jobs)
     wanted = {j.episode_id for j in jobs}
-    records = [r for r in run_jobs(jobs, out / "episodes.jsonl", cfg.workers, desc="eval") if r["episode_id"] in wanted]
+    records = [r for r in run_jobs(jobs, out / "episodes.jsonl", cfg.workers, cfg.concurrency, desc="eval") if r["episode_id"] in wanted]
     summary = write_report(records, config, out)
     print(f"wrote {out / 'summary.json'} and {out / 'report.md'}", file=sys.stderr)
     return summary

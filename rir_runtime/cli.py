@@ -111,6 +111,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from data_gen.rollout import rollout
+
+    rollout(_config(args))  # type: ignore[arg-type]
+    return 0
+
+
+def cmd_build_data(args: argparse.Namespace) -> int:
+    from data_gen.build import build
+
+    build(_config(args))  # type: ignore[arg-type]
+    return 0
+
+
 # --- parser -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -150,6 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
            SelectionConfig, cmd_run)
     _stage(sub, "eval", "evaluate methods x tasks x seeds at fixed budgets; writes episodes.jsonl, "
            "summary.json, report.md", SelectionConfig, cmd_eval)
+    from data_gen.build import BuildConfig
+    from data_gen.rollout import RolloutConfig
+
+    _stage(sub, "rollout", "generate controller data: RIR episodes (plus exploratory variants) with a base "
+           "policy into an append-only, resumable run folder", RolloutConfig, cmd_rollout)
+    _stage(sub, "build-data", "label rollouts in hindsight and build TRL datasets (review/locate/reflect, "
+           "SFT and preference)", BuildConfig, cmd_build_data)
 
     return parser
 

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from rir_runtime.decisions import Decision, DecisionKind, Failure, Reflection, Review, dump, parse
 from rir_runtime.errors import ParseError, UnknownNameError
-from rir_runtime.prompts import DecisionContext, render_decision
+from rir_runtime.prompts import DecisionContext, fit_decision
 
 # Verbs that only look or move: a failure is rarely caused by them.
 PASSIVE_VERBS = {"look", "inventory", "examine", "read", "go", "wait", "check", "task", "score", "teleport",
@@ -190,13 +190,14 @@ class PromptedController:
 
     uses_model = True
 
-    def __init__(self, backend: object, name: str, max_new_tokens: int = 160) -> None:
+    def __init__(self, backend: object, name: str, max_new_tokens: int = 160, max_prompt_tokens: int = 2048) -> None:
         self.backend = backend
         self.name = name
         self.max_new_tokens = max_new_tokens
+        self.max_prompt_tokens = max_prompt_tokens
 
     def _ask(self, kind: DecisionKind, ctx: DecisionContext) -> Decision:
-        messages = render_decision(kind, ctx)
+        messages = fit_decision(kind, ctx, self.max_prompt_tokens)
         calls = failures = p_tok = c_tok = 0
         raw = ""
         for _attempt in range(2):
@@ -250,7 +251,8 @@ class CompositeController:
         return self.what.reflect(ctx)
 
 
-CONTROLLER_KINDS = ("heuristic", "oracle", "prompted:<model>", "tuned:<adapter-folder>")
+CONTROLLER_KINDS = ("heuristic", "oracle", "prompted:<model>", "tuned:<adapter-folder>", "random-review",
+                    "random-restore")
 
 
 def make_controller(spec: str, backend_factory: Callable[[str], object] | None = None) -> Controller:
@@ -266,6 +268,8 @@ def make_controller(spec: str, backend_factory: Callable[[str], object] | None =
         return HeuristicController()
     if kind == "oracle":
         return OracleController()
+    if kind in ("random-review", "random-restore"):
+        return ExploringController(kind == "random-review", kind == "random-restore")
     if kind in ("prompted", "tuned") and arg:
         if backend_factory is None:
             from rir_runtime.llm import make_backend as backend_factory  # type: ignore[no-redef]
@@ -277,3 +281,37 @@ __all__ = [
     "CompositeController", "Controller", "HeuristicController", "OracleController", "PromptedController",
     "dump", "make_controller",
 ]
+
+
+class ExploringController(HeuristicController):
+    """Exploratory variants for data generation: random review verdicts and/or random restore
+    points, so the data holds decisions the heuristic would never make (and their outcomes).
+    Draws are seeded by the branch, so a rerun makes the same choices."""
+
+    def __init__(self, random_review: bool, random_restore: bool, p_recover: float = 0.3) -> None:
+        self.random_review, self.random_restore, self.p_recover = random_review, random_restore, p_recover
+        self.name = "random-review" if random_review and not random_restore else (
+            "random-restore" if random_restore and not random_review else "random")
+
+    def _draw(self, ctx: DecisionContext, salt: str) -> float:
+        from rir_runtime.policies import _unit
+
+        return _unit(salt, ctx.task, "|".join(s.action for s in ctx.history))
+
+    def review(self, ctx: DecisionContext) -> Decision:
+        if not self.random_review:
+            return super().review(ctx)
+        recover = self._draw(ctx, "review") < self.p_recover or bool(ctx.history and ctx.history[-1].lost)
+        return Decision("review", Review("recover" if recover else "continue", "exploration"))
+
+    def locate_coarse(self, ctx: DecisionContext) -> Decision:
+        if not self.random_restore:
+            return super().locate_coarse(ctx)
+        return Decision("locate_coarse", int(self._draw(ctx, "coarse") * max(len(ctx.segments), 1)))
+
+    def locate_fine(self, ctx: DecisionContext) -> Decision:
+        if not self.random_restore:
+            return super().locate_fine(ctx)
+        a, b = ctx.segment or (0, len(ctx.history) + 1)
+        inside = [i for i in ctx.admissible if a <= i < b] or list(ctx.admissible)
+        return Decision("locate_fine", inside[int(self._draw(ctx, "fine") * len(inside))])

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,8 @@ class SelectionConfig:
     max_steps: int = field(default=100, metadata={"help": "environment steps per episode (safety cap)"})
     review_interval: int = field(default=4, metadata={"help": "initial scheduled review interval"})
     workers: int = field(default=1, metadata={"help": "parallel worker processes"})
+    concurrency: int = field(default=1, metadata={"help": "episodes run concurrently in threads of one process; "
+                                                          "their model calls are batched into one generate call"})
     out: str = field(default="runs/eval", metadata={"help": "output folder"})
 
     def __post_init__(self) -> None:
@@ -59,8 +63,8 @@ class SelectionConfig:
             raise ValueError("error_rate must be within [0, 1]")
         if self.budget_agent < 0 or self.budget_rollback < 0:
             raise ValueError("budgets must be >= 0")
-        if self.workers < 1:
-            raise ValueError("workers must be >= 1")
+        if self.workers < 1 or self.concurrency < 1:
+            raise ValueError("workers and concurrency must be >= 1")
         if not self.seeds:
             raise ValueError("seeds is empty: pass at least one seed, e.g. --seeds 0")
         parse_variations(self.variations)  # fail early on a malformed range
@@ -99,16 +103,30 @@ def expand_jobs(cfg: SelectionConfig, env: Env | None = None) -> list[EpisodeJob
 
 
 # --- running one job (inside a worker) --------------------------------------------------------------
-_ENVS: dict[str, Env] = {}
-_BACKENDS: dict[str, Any] = {}
+_THREAD = threading.local()  # one environment per thread: engines are not thread-safe
+_BACKENDS: dict[str, Any] = {}  # one model per process, shared by threads through batching
+_BACKENDS_LOCK = threading.Lock()
+_BATCH = {"size": 1}
 
 
 def _backend(model: str) -> Any:
-    if model not in _BACKENDS:
-        from rir_runtime.llm import make_backend
+    with _BACKENDS_LOCK:
+        if model not in _BACKENDS:
+            from rir_runtime.llm import make_backend
+            from rir_runtime.llm.batching import BatchingBackend
 
-        _BACKENDS[model] = make_backend(model)
-    return _BACKENDS[model]
+            backend = make_backend(model)
+            _BACKENDS[model] = BatchingBackend(backend, _BATCH["size"]) if _BATCH["size"] > 1 else backend
+        return _BACKENDS[model]
+
+
+def _env(name: str) -> Env:
+    envs = getattr(_THREAD, "envs", None)
+    if envs is None:
+        envs = _THREAD.envs = {}
+    if name not in envs:
+        envs[name] = make_env(name)
+    return envs[name]
 
 
 def run_job(job: EpisodeJob) -> dict[str, Any]:
@@ -117,7 +135,7 @@ def run_job(job: EpisodeJob) -> dict[str, Any]:
     from rir_runtime.loop import Budgets, EpisodeRunner
     from rir_runtime.policies import LLMPolicy, NoisyExpertPolicy
 
-    env = _ENVS.get(job.task.env) or _ENVS.setdefault(job.task.env, make_env(job.task.env))
+    env = _env(job.task.env)
     if job.policy == "noisy-expert":
         policy: Any = NoisyExpertPolicy(env, job.error_rate, job.seed)
     else:
@@ -127,7 +145,7 @@ def run_job(job: EpisodeJob) -> dict[str, Any]:
     runner = EpisodeRunner(env, policy, controller, PRESETS[job.method],
                            Budgets(job.budget_agent, job.budget_rollback, job.max_steps), job.review_interval)
     record = runner.run(job.task)
-    record.update(episode_id=job.episode_id, seed=job.seed, tag=job.tag)
+    record.update(episode_id=job.episode_id, seed=job.seed, tag=job.tag, error_rate=job.error_rate)
     if job.method == "react":
         record["controller"] = "-"
     return record
@@ -158,7 +176,7 @@ def _repair_tail(path: Path) -> None:
                 fh.write(b"\n")
 
 
-def run_jobs(jobs: list[EpisodeJob], out_file: Path, workers: int = 1,
+def run_jobs(jobs: list[EpisodeJob], out_file: Path, workers: int = 1, concurrency: int = 1,
              on_record: Callable[[dict[str, Any]], None] | None = None, desc: str = "episodes") -> list[dict[str, Any]]:
     """Run the jobs not yet in `out_file`, appending one line per finished episode."""
     out_file.parent.mkdir(parents=True, exist_ok=True)
@@ -170,7 +188,7 @@ def run_jobs(jobs: list[EpisodeJob], out_file: Path, workers: int = 1,
     _repair_tail(out_file)
     new: list[dict[str, Any]] = []
     with out_file.open("a") as fh, _progress(len(todo), desc) as bar:
-        for record in _execute(todo, workers):
+        for record in _execute(todo, workers, concurrency):
             fh.write(json.dumps(record) + "\n")
             fh.flush()
             new.append(record)
@@ -180,7 +198,14 @@ def run_jobs(jobs: list[EpisodeJob], out_file: Path, workers: int = 1,
     return done_records + new
 
 
-def _execute(jobs: list[EpisodeJob], workers: int) -> Iterator[dict[str, Any]]:
+def _execute(jobs: list[EpisodeJob], workers: int, concurrency: int = 1) -> Iterator[dict[str, Any]]:
+    if concurrency > 1:
+        _BATCH["size"] = concurrency
+        with ThreadPoolExecutor(concurrency) as pool:
+            futures = [pool.submit(run_job, job) for job in jobs]
+            for future in as_completed(futures):
+                yield future.result()
+        return
     if workers <= 1 or len(jobs) <= 1:
         yield from map(run_job, jobs)
         return
@@ -194,7 +219,7 @@ class _progress:
     def __init__(self, total: int, desc: str) -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, desc=desc, unit="ep", file=sys.stderr, disable=total == 0)
+        self.bar = tqdm(total=total, desc=desc, unit="ep", file=sys.stderr, disable=total == 0, mininterval=2.0)
         self.start, self.n, self.wins = time.perf_counter(), 0, 0
 
     def update(self, record: dict[str, Any]) -> None:

@@ -108,6 +108,17 @@ class ReflectionMemory:
             size += len(line) + 1
         return "\n".join(reversed(kept))
 
+    @classmethod
+    def from_snapshot(cls, snapshot: dict | None, objective: str = "", mode: MemoryMode = "structured") -> ReflectionMemory:
+        """Rebuild a memory from its trace form (data_gen renders prompts from recorded episodes)."""
+        snapshot = snapshot or {}
+        memory = cls(objective=objective, mode=mode)
+        memory.env_knowledge = list(snapshot.get("env_knowledge", []))
+        memory.milestones = list(snapshot.get("milestones", []))
+        memory.failures = [Failure(**f) for f in snapshot.get("failures", [])]
+        memory.notes = list(snapshot.get("notes", []))
+        return memory
+
     def snapshot(self) -> dict[str, object]:
         """A JSON view for the episode trace."""
         return {

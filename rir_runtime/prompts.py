@@ -7,6 +7,7 @@ calls it to build training examples, so training and inference see the same text
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rir_runtime.decisions import DecisionKind
@@ -88,6 +89,22 @@ def render_decision(kind: DecisionKind, ctx: DecisionContext, max_steps: int = 3
         parts.append(f"Restoring to checkpoint {ctx.restore_point}; steps from there on are abandoned.")
     parts.append(INSTRUCTIONS[kind])
     return [{"role": "system", "content": SYSTEM_CONTROLLER}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def approx_tokens(messages: Messages) -> int:
+    """A tokenizer-free estimate (about 4 characters per token for English text)."""
+    return sum(len(m["content"]) for m in messages) // 4 + 8 * len(messages)
+
+
+def fit_decision(kind: DecisionKind, ctx: DecisionContext, max_tokens: int = 2048,
+                 count: Callable[[Messages], int] = approx_tokens) -> Messages:
+    """`render_decision` with the trajectory cut from the middle until the prompt fits
+    `max_tokens`; the objective, memory and latest steps are always kept."""
+    for max_steps in (30, 20, 14, 10, 6, 4, 2):
+        messages = render_decision(kind, ctx, max_steps)
+        if count(messages) <= max_tokens:
+            return messages
+    return messages
 
 
 SYSTEM_AGENT = (

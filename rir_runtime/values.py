@@ -36,11 +36,14 @@ class ValueProbe:
             self.env.restore(here)
 
     def _rollout(self, snapshot: Snapshot) -> float:
+        """Follow the expert from `snapshot` (the env is left wherever the rollout ends)."""
         self.probes += 1
         try:
             self.env.restore(snapshot)
         except RestoreError:
             return 0.0
+        if snapshot.kind == "replay":  # a replay re-executes the prefix: count it as spent
+            self.env_steps += len(snapshot.actions)
         for _ in range(self.max_steps):
             plan = self.env.expert_actions()
             if not plan:

@@ -1,0 +1,188 @@
+"""Hindsight labels by branch re-execution.
+
+Every review the controller made during a rollout is a decision point: the branch at that
+moment is rebuilt from the episode's events, each of its checkpoints is restored and continued
+with the expert plan to estimate `V(C_i)` (TextWorld `policy_commands`, ScienceWorld's remaining
+gold path while the branch still follows it, the workshop's planner), and labels follow:
+
+- review: `recover` when the best admissible `V(C_r)` is clearly above `V(C_t)`;
+- restore point: the latest admissible checkpoint with maximal `V`, and its coarse segment;
+- reflection preference: K retries of the base policy from the restore point, once per
+  candidate reflection (the controller's, the hindsight one, none); higher success is chosen.
+
+With irreversible errors `V` only falls along a branch, so the restore point is found by
+bisection (O(log n) probes); `bisect=False` scans linearly, for reference and for cost figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rir_runtime.controllers import reflection_for
+from rir_runtime.decisions import Reflection
+from rir_runtime.envs import Env, Snapshot, TaskSpec
+from rir_runtime.envs.checkpoints import Step
+from rir_runtime.errors import RestoreError
+from rir_runtime.memory import ReflectionMemory
+from rir_runtime.policies import AgentContext, NoisyExpertPolicy
+from rir_runtime.prompts import DecisionContext
+from rir_runtime.recovery import segments
+from rir_runtime.values import ValueProbe, latest_best_bisect, latest_best_linear
+
+RECOVER_MARGIN = 0.5  # "well below": V must rise by at least this much to justify a recovery
+
+
+@dataclass
+class DecisionPoint:
+    """One review of a recorded episode, with the branch as it was then."""
+
+    episode: dict[str, Any]
+    history: tuple[Step, ...]
+    observation: str
+    trigger: str
+    decision: str
+    memory: dict[str, Any] | None
+    chosen_step: int | None = None
+    reflection: dict[str, Any] | None = None
+
+    @property
+    def task(self) -> TaskSpec:
+        e = self.episode
+        return TaskSpec(e["env"], e["task"], e["split"], int(e["variation"]))
+
+
+@dataclass
+class Label:
+    point: DecisionPoint
+    values: dict[int, float]
+    v_now: float
+    review: str
+    restore: int | None
+    segment: int | None
+    segments: tuple[tuple[int, int], ...]
+    env_steps: int
+    probes: int
+    reflections: list[tuple[Reflection, float]] = field(default_factory=list)  # (candidate, success rate)
+
+
+def decision_points(episode: dict[str, Any]) -> list[DecisionPoint]:
+    """Rebuild the branch at every review from the event trace (steps append, restores truncate)."""
+    steps: list[Step] = []
+    observation, memory = "", None
+    points: list[DecisionPoint] = []
+    for e in episode.get("events", []):
+        kind = e["type"]
+        if kind == "reset":
+            observation = e["observation"]
+        elif kind == "step":
+            steps.append(Step(len(steps), e["action"], e["observation"], e["score"], e["won"], e["lost"],
+                              e.get("injected_error", False)))
+            observation = e["observation"]
+        elif kind == "review":
+            points.append(DecisionPoint(episode, tuple(steps), observation, e["trigger"], e["decision"], memory))
+        elif kind == "locate" and points and "step" in e:
+            points[-1].chosen_step = e["step"]
+        elif kind == "reflect":
+            if points:
+                points[-1].reflection = e["reflection"]
+            memory = e["memory"]
+        elif kind == "restore" and e["k"] > 0:
+            del steps[e["to"]:]
+            observation = steps[-1].observation if steps else next(
+                (x["observation"] for x in episode["events"] if x["type"] == "reset"), "")
+    return points
+
+
+def branch_snapshots(env: Env, task: TaskSpec, history: tuple[Step, ...]) -> tuple[list[Snapshot], int]:
+    """Checkpoints 0..t of a recorded branch, rebuilt by re-executing it; (snapshots, env steps)."""
+    env.reset(task)
+    snaps = [env.checkpoint()]
+    for step in history:
+        result = env.step(step.action)
+        if result.observation != step.observation:
+            raise RestoreError(f"re-executing {task.key} diverged at step {step.index} ('{step.action}')")
+        snaps.append(env.checkpoint())
+    return snaps, len(history)
+
+
+def label_point(env: Env, point: DecisionPoint, bisect: bool = True, max_steps: int = 60) -> Label:
+    """Values, review label, restore label and segment for one decision point."""
+    snaps, spent = branch_snapshots(env, point.task, point.history)
+    probe = ValueProbe(env, max_steps=max_steps)
+    h = point.history
+    terminal = bool(h) and (h[-1].won or h[-1].lost)
+    indices = list(range(len(h))) if terminal else list(range(len(h) + 1))
+
+    def value(i: int) -> float:
+        return probe._rollout(snaps[i])
+
+    if not indices:
+        return Label(point, {}, 0.0, "continue", None, None, (), spent, 0)
+    restore, values = (latest_best_bisect if bisect else latest_best_linear)(indices, value)
+    if terminal:
+        v_now = 1.0 if h[-1].won else 0.0
+    else:
+        v_now = values[len(h)] if len(h) in values else value(len(h))
+    best = values[restore]
+    review = "recover" if best - v_now >= RECOVER_MARGIN else "continue"
+    segs = segments(h, max(indices))
+    segment = next(i for i, (a, b) in enumerate(segs) if a <= restore < b)
+    return Label(point, values, v_now, review, restore if best > 0 else None, segment if best > 0 else None,
+                 segs, spent + probe.env_steps, probe.probes)
+
+
+# --- reflection preference ----------------------------------------------------------------------------
+def retry_success(env: Env, label: Label, reflection: Reflection, retries: int, error_rate: float,
+                  max_steps: int = 60) -> float:
+    """Success rate of K base-policy continuations from the restore point with `reflection` in memory."""
+    point, r = label.point, label.restore
+    assert r is not None
+    snaps, _ = branch_snapshots(env, point.task, point.history[:r])
+    history = point.history[:r]
+    wins = 0
+    for k in range(retries):
+        memory = ReflectionMemory.from_snapshot(point.memory)
+        memory.add(reflection)
+        env.restore(snaps[r])
+        policy = NoisyExpertPolicy(env, error_rate, seed=1000 + k)
+        h, obs = history, snaps[r].observation
+        for _ in range(max_steps):
+            act = policy.act(AgentContext(point.task.key, "", memory, h, obs, env.admissible_actions()))
+            if act.kind != "task":
+                break
+            res = env.step(act.text)
+            h = h + (Step(len(h), act.text, res.observation, res.score, res.won, res.lost),)
+            obs = res.observation
+            if res.done:
+                wins += res.won
+                break
+    return wins / retries
+
+
+def reflection_candidates(label: Label) -> list[Reflection]:
+    """The controller's own reflection (if any), the hindsight one, and none."""
+    ctx = context_for(label.point, restore_point=label.restore)
+    out = [reflection_for(ctx, label.restore or 0), Reflection()]
+    if label.point.reflection:
+        from rir_runtime.decisions import parse
+
+        import json
+
+        own = parse("reflect", json.dumps(label.point.reflection))
+        if own not in out:
+            out.insert(0, own)
+    return out
+
+
+def context_for(point: DecisionPoint, trigger: str | None = None, **extra: Any) -> DecisionContext:
+    """The same `DecisionContext` the loop builds at inference, rebuilt from the trace."""
+    objective = next((e["objective"] for e in point.episode["events"] if e["type"] == "reset"), "")
+    memory = ReflectionMemory.from_snapshot(point.memory, objective)
+    h = point.history
+    terminal = bool(h) and (h[-1].won or h[-1].lost)
+    admissible = tuple(range(len(h) if terminal else len(h) + 1))
+    score = h[-1].score if h else 0.0
+    return DecisionContext(point.task.key, objective, memory.render(1200), h, point.observation, score,
+                           trigger or point.trigger, admissible, blamed_actions=tuple(f.action for f in memory.failures),
+                           **extra)
