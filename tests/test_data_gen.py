@@ -1,0 +1,173 @@
+"""Rollouts, hindsight labels and datasets on the built-in workshop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from data_gen.build import BuildConfig, build, load_runs, variation_key
+from data_gen.hindsight import decision_points, label_point
+from data_gen.rollout import RolloutConfig, rollout, rollout_jobs, shard_jobs
+from rir_runtime.config import build_config
+from rir_runtime.envs import TaskSpec
+from rir_runtime.envs.builtin import WorkshopEnv
+from rir_runtime.errors import UserInputError
+from rir_runtime.jobs import read_episodes
+from rir_runtime.values import ValueProbe, latest_best_bisect, latest_best_linear
+
+
+def small_rollout(out: Path, **kw) -> RolloutConfig:
+    cfg = RolloutConfig(env="builtin", tasks=["workshop-3"], variations="0-11", out=str(out), **kw)
+    rollout(cfg)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("rollout")
+    small_rollout(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def data_dir(run_dir: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data")
+    build(BuildConfig(rollouts=[str(run_dir)], out=str(out)))
+    return out
+
+
+def test_rollout_resumes_after_a_kill_without_duplicates(tmp_path: Path) -> None:
+    cfg = small_rollout(tmp_path)
+    path = tmp_path / "episodes-0.jsonl"
+    lines = path.read_text().splitlines()
+    total = len(lines)
+    path.write_text("\n".join(lines[:10]) + "\n" + lines[10][:25])  # killed mid-write after 10 episodes
+    with pytest.warns(UserWarning, match="truncated"):
+        rollout(cfg)
+    ids = [r["episode_id"] for r in read_episodes(path)]
+    assert len(ids) == len(set(ids)) == total == len(rollout_jobs(cfg))
+
+
+def test_rollout_refuses_a_different_config_in_the_same_folder(run_dir: Path) -> None:
+    with pytest.raises(UserInputError, match="different config.*error_rate"):
+        rollout(RolloutConfig(env="builtin", tasks=["workshop-3"], variations="0-11", out=str(run_dir), error_rate=0.5))
+
+
+def test_shards_partition_the_job() -> None:
+    cfg = RolloutConfig(env="builtin", tasks=["workshop-2"], variations="0-6")
+    jobs = rollout_jobs(cfg)
+    parts = [shard_jobs(jobs, i, 3) for i in range(3)]
+    assert sorted(j.episode_id for p in parts for j in p) == sorted(j.episode_id for j in jobs)
+    with pytest.raises(UserInputError, match="shard '3/3' does not exist"):
+        build_config(RolloutConfig, {"shard": "3/3"})
+    with pytest.raises(UserInputError, match="leaves some shards empty"):
+        shard_jobs(jobs, 0, len(jobs) + 1)
+
+
+@pytest.mark.parametrize("variation", range(12))
+def test_bisection_agrees_with_the_linear_scan(run_dir: Path, variation: int) -> None:
+    episodes = [e for e in load_runs([str(run_dir)]) if e["variation"] == variation]
+    env = WorkshopEnv()
+    for episode in episodes:
+        for point in decision_points(episode):
+            a, b = label_point(env, point, bisect=True), label_point(env, point, bisect=False)
+            assert (a.restore, a.review, a.segment) == (b.restore, b.review, b.segment)
+            assert a.probes <= b.probes
+
+
+def test_bisection_is_logarithmic_on_a_monotone_branch() -> None:
+    values = [1.0] * 37 + [0.0] * 63
+    calls: list[int] = []
+
+    def value(i: int) -> float:
+        calls.append(i)
+        return values[i]
+
+    assert latest_best_bisect(list(range(100)), value)[0] == 36 == latest_best_linear(list(range(100)), values.__getitem__)[0]
+    assert len(calls) <= 9
+
+
+def test_restore_label_is_the_step_before_the_fatal_error(run_dir: Path) -> None:
+    env = WorkshopEnv()
+    checked = 0
+    for episode in load_runs([str(run_dir)]):
+        for point in decision_points(episode):
+            label = label_point(env, point)
+            if label.review != "recover":
+                continue
+            env.reset(point.task)
+            fatal = None
+            for step in point.history:  # ground truth: the first step that ruins the workshop
+                result = env.step(step.action)
+                if env.ruined_ingredients() or result.lost:
+                    fatal = step.index
+                    break
+            assert label.restore == fatal
+            checked += 1
+    assert checked >= 5
+
+
+def test_value_probe_leaves_the_env_where_it_was() -> None:
+    env = WorkshopEnv()
+    task = TaskSpec("builtin", "workshop-3", "dev", 2)
+    env.reset(task)
+    start = env.checkpoint()
+    for action in env.expert_actions()[:4]:
+        env.step(action)
+    here = env.checkpoint()
+    probe = ValueProbe(env)
+    assert probe.value(start) == 1.0 and probe.env_steps > 0
+    assert env.checkpoint().actions == here.actions
+
+
+def test_datasets_have_trl_formats_and_disjoint_variations(data_dir: Path) -> None:
+    from datasets import load_from_disk
+    from trl.data_utils import is_conversational
+
+    for name in ("review_sft", "locate_sft", "reflect_sft", "review_pref", "locate_pref"):
+        dataset = load_from_disk(str(data_dir / name))
+        assert set(dataset) >= {"train"}, name
+        cols = {"prompt", "completion", "meta"} if name.endswith("_sft") else {"prompt", "chosen", "rejected", "meta"}
+        assert set(dataset["train"].column_names) == cols
+        row = dataset["train"][0]
+        assert is_conversational(row)
+        assert row["prompt"][-1]["role"] == "user"
+        targets = [row["completion"]] if name.endswith("_sft") else [row["chosen"], row["rejected"]]
+        for t in targets:
+            assert len(t) == 1 and t[0]["role"] == "assistant" and json.loads(t[0]["content"])
+        if "validation" in dataset:
+            train = {variation_key(m) for m in dataset["train"]["meta"]}
+            val = {variation_key(m) for m in dataset["validation"]["meta"]}
+            assert train and val and not train & val, name
+        assert (data_dir / name / "README.md").read_text().count("| train |") == 1
+
+
+def test_review_labels_hold_both_decisions(data_dir: Path) -> None:
+    from datasets import load_from_disk
+
+    labels = {m["label"] for m in load_from_disk(str(data_dir / "review_sft"))["train"]["meta"]}
+    assert labels == {"recover", "continue"}
+
+
+def test_prompt_bound_cuts_the_middle(run_dir: Path, tmp_path: Path) -> None:
+    from datasets import load_from_disk
+
+    build(BuildConfig(rollouts=[str(run_dir)], out=str(tmp_path), max_prompt_tokens=200))
+    row = load_from_disk(str(tmp_path / "review_sft"))["train"][0]
+    text = row["prompt"][-1]["content"]
+    assert "Task:" in text and "Current observation" in text
+    long_rows = [r for r in load_from_disk(str(tmp_path / "review_sft"))["train"] if r["meta"]["step"] > 6]
+    assert any("steps omitted" in r["prompt"][-1]["content"] for r in long_rows)
+
+
+def test_bad_runs_are_named(tmp_path: Path) -> None:
+    with pytest.raises(UserInputError, match="not a rollout folder"):
+        load_runs([str(tmp_path)])
+    (tmp_path / "run.json").write_text(json.dumps({"schema": 0}))
+    with pytest.raises(UserInputError, match="schema 0"):
+        load_runs([str(tmp_path)])
+    (tmp_path / "run.json").write_text(json.dumps({"schema": 1}))
+    with pytest.raises(UserInputError, match="no finished episodes"):
+        load_runs([str(tmp_path)])
