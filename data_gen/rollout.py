@@ -56,7 +56,7 @@ def rollout_jobs(cfg: RolloutConfig) -> list[EpisodeJob]:
     """The whole job (all shards) in a fixed order; the controller first, then the variants."""
     jobs = expand_jobs(cfg)
     for variant in cfg.explore:
-        jobs += [replace(j, tag=variant, controller=variant) for j in expand_jobs(replace(cfg, controller=variant))]
+        jobs += [replace(j, tag=variant) for j in expand_jobs(replace(cfg, controller=[variant]))]
     return jobs
 
 

@@ -162,8 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     _stage(sub, "run", "run one episode (first task, variation, method, seed) and print its transcript",
            SelectionConfig, cmd_run)
-    _stage(sub, "eval", "evaluate methods x tasks x seeds at fixed budgets; writes episodes.jsonl, "
-           "summary.json, report.md", SelectionConfig, cmd_eval)
+    from eval.harness import EvalConfig
+
+    _stage(sub, "eval", "evaluate methods x controllers x tasks x seeds at fixed budgets (optionally a budget "
+           "sweep); writes episodes.jsonl, summary.json, report.md and plots", EvalConfig, cmd_eval)
     from data_gen.build import BuildConfig
     from data_gen.rollout import RolloutConfig
 

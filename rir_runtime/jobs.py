@@ -37,8 +37,9 @@ class SelectionConfig:
     policy_mode: str = field(default="rank", metadata={"help": "LLM action mode", "choices": ["rank", "generate"]})
     error_rate: float = field(default=0.15, metadata={"help": "error rate of the noisy expert"})
     methods: list[str] = field(default_factory=lambda: list(METHODS), metadata={"help": "comma list of presets"})
-    controller: str = field(default="heuristic", metadata={"help": "heuristic, oracle, prompted:<model>, "
-                                                                   "tuned:<adapter>, or when=..;where=..;what=.."})
+    controller: list[str] = field(default_factory=lambda: ["heuristic"], metadata={
+        "help": "comma list of controllers: heuristic, oracle, prompted:<model>, tuned:<adapter>, "
+                "or per-module swaps when=<c>;where=<c>;what=<c>"})
     seeds: list[int] = field(default_factory=lambda: [0], metadata={"help": "comma list of seeds"})
     budget_agent: int = field(default=60, metadata={"help": "B_agent: model calls per episode"})
     budget_rollback: int = field(default=5, metadata={"help": "B_rb: recoveries per episode"})
@@ -67,6 +68,10 @@ class SelectionConfig:
             raise ValueError("workers and concurrency must be >= 1")
         if not self.seeds:
             raise ValueError("seeds is empty: pass at least one seed, e.g. --seeds 0")
+        if not self.controller:
+            raise ValueError("controller is empty: name at least one, e.g. --controller heuristic")
+        for spec in self.controller:
+            check_controller_name(spec)
         parse_variations(self.variations)  # fail early on a malformed range
 
 
@@ -88,18 +93,36 @@ class EpisodeJob:
     @property
     def episode_id(self) -> str:
         ctrl = "-" if self.method == "react" else self.controller
-        return f"{self.task.key}/{self.method}/{ctrl}/{self.policy}/s{self.seed}{'/' + self.tag if self.tag else ''}"
+        budget = f"b{self.budget_agent}r{self.budget_rollback}"
+        return f"{self.task.key}/{self.method}/{ctrl}/{self.policy}/{budget}/s{self.seed}{'/' + self.tag if self.tag else ''}"
 
 
 def expand_jobs(cfg: SelectionConfig, env: Env | None = None) -> list[EpisodeJob]:
     """All jobs of a selection, in a deterministic order; validates tasks and variations."""
     env = env or make_env(cfg.env)
     specs = resolve_tasks(env, cfg.tasks or None, cfg.split, parse_variations(cfg.variations))
-    return [
-        EpisodeJob(spec, method, cfg.controller, cfg.policy, cfg.policy_mode, cfg.error_rate, seed,
-                   cfg.budget_agent, cfg.budget_rollback, cfg.max_steps, cfg.review_interval)
-        for spec in specs for method in cfg.methods for seed in cfg.seeds
-    ]
+    jobs: dict[str, EpisodeJob] = {}  # react has no controller: one job, whatever the controller list
+    for spec in specs:
+        for method in cfg.methods:
+            for controller in cfg.controller:
+                for seed in cfg.seeds:
+                    job = EpisodeJob(spec, method, controller, cfg.policy, cfg.policy_mode, cfg.error_rate, seed,
+                                     cfg.budget_agent, cfg.budget_rollback, cfg.max_steps, cfg.review_interval)
+                    jobs.setdefault(job.episode_id, job)
+    return list(jobs.values())
+
+
+def check_controller_name(spec: str) -> None:
+    """Reject an unknown controller name before any episode runs (lists the valid ones)."""
+    from rir_runtime.controllers import CONTROLLER_KINDS
+
+    for part in spec.split(";"):
+        name = part.split("=", 1)[-1]
+        kind, _, arg = name.partition(":")
+        if kind in ("prompted", "tuned") and arg:
+            continue
+        if kind not in ("heuristic", "oracle", "random-review", "random-restore") or arg:
+            raise UnknownNameError("controller", spec, list(CONTROLLER_KINDS))
 
 
 # --- running one job (inside a worker) --------------------------------------------------------------
@@ -145,7 +168,8 @@ def run_job(job: EpisodeJob) -> dict[str, Any]:
     runner = EpisodeRunner(env, policy, controller, PRESETS[job.method],
                            Budgets(job.budget_agent, job.budget_rollback, job.max_steps), job.review_interval)
     record = runner.run(job.task)
-    record.update(episode_id=job.episode_id, seed=job.seed, tag=job.tag, error_rate=job.error_rate)
+    record.update(episode_id=job.episode_id, seed=job.seed, tag=job.tag, error_rate=job.error_rate,
+                  budget_agent=job.budget_agent, budget_rollback=job.budget_rollback)
     if job.method == "react":
         record["controller"] = "-"
     return record

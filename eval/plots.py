@@ -1,0 +1,97 @@
+"""PNG plots of an evaluation, drawn headless (Agg), so they work on servers without a display."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display needed; must precede pyplot
+import matplotlib.pyplot as plt  # noqa: E402
+
+from eval.summary import method_key, summarize_group, wilson_interval  # noqa: E402
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_success(records: list[dict[str, Any]], out: Path) -> Path:
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        groups[method_key(r)].append(r)
+    names = sorted(groups, key=lambda k: summarize_group(groups[k])["success_rate"])
+    rates, lows, highs = [], [], []
+    for name in names:
+        wins, n = sum(r["success"] for r in groups[name]), len(groups[name])
+        lo, hi = wilson_interval(wins, n)
+        rates.append(wins / n)
+        lows.append(wins / n - lo)
+        highs.append(hi - wins / n)
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.5))
+    ax.barh(names, rates, xerr=[lows, highs], color="#4C72B0", capsize=3)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("success rate (95% Wilson CI)")
+    return _save(fig, out / "success_rate.png")
+
+
+def plot_budget(records: list[dict[str, Any]], out: Path) -> Path:
+    groups: dict[str, dict[int, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        groups[method_key(r)][int(r["budget_agent"])].append(bool(r["success"]))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, by_budget in sorted(groups.items()):
+        budgets = sorted(by_budget)
+        ax.plot(budgets, [sum(by_budget[b]) / len(by_budget[b]) for b in budgets], marker="o", label=name)
+    ax.set_xlabel("agent-call budget B_agent")
+    ax.set_ylabel("success rate")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7)
+    return _save(fig, out / "success_vs_budget.png")
+
+
+def plot_rollbacks(records: list[dict[str, Any]], out: Path) -> Path:
+    groups: dict[str, list[int]] = defaultdict(list)
+    for r in records:
+        groups[method_key(r)].append(r["rollbacks"])
+    names = sorted(groups)
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.5))
+    ax.barh(names, [sum(v) / len(v) for v in (groups[n] for n in names)], color="#DD8452")
+    ax.set_xlabel("rollbacks per episode (mean)")
+    return _save(fig, out / "rollbacks.png")
+
+
+def restore_offsets(records: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Restore point minus the first injected error of the abandoned branch (0 = just before it)."""
+    offsets: dict[str, list[int]] = defaultdict(list)
+    for r in records:
+        for e in r.get("events", []):
+            if e["type"] == "restore" and e.get("first_error") is not None:
+                offsets[method_key(r)].append(e["to"] - e["first_error"])
+    return dict(offsets)
+
+
+def plot_restore_offsets(records: list[dict[str, Any]], out: Path) -> Path:
+    offsets = restore_offsets(records)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, values in sorted(offsets.items()):
+        lo, hi = min(values), max(values)
+        ax.hist(values, bins=range(lo, hi + 2), alpha=0.5, label=name, align="left")
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_xlabel("restore point - first error step (0: just before the error; < 0: earlier)")
+    ax.set_ylabel("restores")
+    if offsets:
+        ax.legend(fontsize=7)
+    return _save(fig, out / "restore_offsets.png")
+
+
+def write_plots(records: list[dict[str, Any]], out: Path, sweep: bool) -> list[Path]:
+    paths = [plot_success(records, out), plot_rollbacks(records, out), plot_restore_offsets(records, out)]
+    if sweep:
+        paths.append(plot_budget(records, out))
+    return paths
