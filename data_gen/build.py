@@ -152,38 +152,40 @@ def rows_for(point: DecisionPoint, label: dict[str, Any], fit: Any) -> dict[str,
     good = dump("review", Review(label["review"], reason))
     bad = dump("review", Review("continue" if recover else "recover", "" if recover else "something went wrong"))
     prompt = fit("review", ctx)
-    rows["review_sft"].append({"prompt": prompt, "completion": _assistant(good), "meta": {**meta, "label": label["review"]}})
+    meta_review = {**meta, "label": label["review"], "context": ctx.to_json()}
+    rows["review_sft"].append({"prompt": prompt, "completion": _assistant(good), "meta": meta_review})
     rows["review_pref"].append({"prompt": prompt, "chosen": _assistant(good), "rejected": _assistant(bad),
-                                "meta": {**meta, "label": label["review"]}})
+                                "meta": meta_review})
     r, seg = label["restore"], label["segment"]
     if recover and r is not None:
         segs = tuple(tuple(s) for s in label["segments"])
         ctx_c = context_for(point, "locate", segments=segs)
         p_coarse = fit("locate_coarse", ctx_c)
         rows["locate_sft"].append({"prompt": p_coarse, "completion": _assistant(dump("locate_coarse", seg)),
-                                   "meta": {**meta, "label": str(seg), "decision": "locate_coarse"}})
+                                   "meta": {**meta, "label": str(seg), "decision": "locate_coarse",
+                                            "context": ctx_c.to_json()}})
         ctx_f = context_for(point, "locate", segments=segs, segment=segs[seg])
         p_fine = fit("locate_fine", ctx_f)
+        meta_fine = {**meta, "label": str(r), "decision": "locate_fine", "context": ctx_f.to_json()}
         rows["locate_sft"].append({"prompt": p_fine, "completion": _assistant(dump("locate_fine", r)),
-                                   "meta": {**meta, "label": str(r), "decision": "locate_fine"}})
+                                   "meta": meta_fine})
         wrong = point.chosen_step if point.chosen_step not in (None, r) else (r + 1 if r + 1 < segs[-1][1] else r - 1)
         if wrong is not None and wrong >= 0 and wrong != r:
             rows["locate_pref"].append({"prompt": p_fine, "chosen": _assistant(dump("locate_fine", r)),
-                                        "rejected": _assistant(dump("locate_fine", wrong)),
-                                        "meta": {**meta, "label": str(r), "decision": "locate_fine"}})
+                                        "rejected": _assistant(dump("locate_fine", wrong)), "meta": meta_fine})
     if label["reflections"]:
         ranked = sorted(label["reflections"], key=lambda x: -x[1])  # stable: hindsight before "none" on ties
         ctx_r = context_for(point, "reflect", restore_point=r)
         p_reflect = fit("reflect", ctx_r)
         best = parse("reflect", json.dumps(ranked[0][0]))
+        meta_reflect = {**meta, "decision": "reflect", "context": ctx_r.to_json()}
         rows["reflect_sft"].append({"prompt": p_reflect, "completion": _assistant(dump("reflect", best)),
-                                    "meta": {**meta, "label": f"{ranked[0][1]:.2f}", "decision": "reflect"}})
+                                    "meta": {**meta_reflect, "label": f"{ranked[0][1]:.2f}"}})
         if ranked[0][1] > ranked[-1][1]:
             worst = parse("reflect", json.dumps(ranked[-1][0])) if ranked[-1][0] else Reflection()
             rows["reflect_pref"].append({"prompt": p_reflect, "chosen": _assistant(dump("reflect", best)),
                                          "rejected": _assistant(dump("reflect", worst)),
-                                         "meta": {**meta, "label": f"{ranked[0][1]:.2f}>{ranked[-1][1]:.2f}",
-                                                  "decision": "reflect"}})
+                                         "meta": {**meta_reflect, "label": f"{ranked[0][1]:.2f}>{ranked[-1][1]:.2f}"}})
     return rows
 
 

@@ -125,6 +125,14 @@ def cmd_build_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval_controller(args: argparse.Namespace) -> int:
+    from eval.controller_eval import evaluate_controllers, markdown
+
+    cfg = _config(args)
+    print(markdown(evaluate_controllers(cfg), cfg.split))  # type: ignore[attr-defined]
+    return 0
+
+
 # --- parser -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -166,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     _stage(sub, "eval", "evaluate methods x controllers x tasks x seeds at fixed budgets (optionally a budget "
            "sweep); writes episodes.jsonl, summary.json, report.md and plots", EvalConfig, cmd_eval)
+    from eval.controller_eval import ControllerEvalConfig
+
+    _stage(sub, "eval-controller", "offline decision quality of controllers on held-out labelled datasets",
+           ControllerEvalConfig, cmd_eval_controller)
     from data_gen.build import BuildConfig
     from data_gen.rollout import RolloutConfig
 

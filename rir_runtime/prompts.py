@@ -8,7 +8,8 @@ calls it to build training examples, so training and inference see the same text
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 
 from rir_runtime.decisions import DecisionKind
 from rir_runtime.envs.checkpoints import Step
@@ -34,6 +35,23 @@ class DecisionContext:
     restore_point: int | None = None  # reflect: where the branch is being rolled back to
     blamed_actions: tuple[str, ...] = ()  # actions already named in remembered failures
     extra: dict[str, object] = field(default_factory=dict)
+
+
+    def to_json(self) -> str:
+        """Serialised form kept next to each training row, so any controller (heuristic and oracle
+        included) can be scored offline on exactly the situation the row was built from."""
+        data = asdict(self)
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> DecisionContext:
+        data = json.loads(text)
+        data["history"] = tuple(Step(**s) for s in data["history"])
+        for key in ("admissible", "blamed_actions"):
+            data[key] = tuple(data[key])
+        data["segments"] = tuple(tuple(s) for s in data["segments"])
+        data["segment"] = tuple(data["segment"]) if data["segment"] else None
+        return cls(**data)
 
 
 def _clip(text: str, n: int = 160) -> str:
