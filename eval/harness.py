@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from eval.plots import write_plots
 from eval.report import write_report
 from rir_runtime.jobs import EpisodeJob, SelectionConfig, check_nonempty, expand_jobs, run_job, run_jobs
 from rir_runtime.transcript import render_transcript
@@ -68,6 +67,8 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     wanted = {j.episode_id for j in jobs}
     records = run_jobs(jobs, out / "episodes.jsonl", cfg.workers, cfg.concurrency, desc="eval")
     records = [r for r in records if r["episode_id"] in wanted]
+    from eval.plots import write_plots  # matplotlib is slow to import: only when plotting
+
     write_plots(records, out, sweep=bool(cfg.budget_sweep))
     reference = max(cfg.budget_sweep) if cfg.budget_sweep else cfg.budget_agent  # the table is at one budget
     at_budget = [r for r in records if r.get("budget_agent", reference) == reference]

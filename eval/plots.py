@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display needed; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 
-from eval.summary import method_key, summarize_group, wilson_interval  # noqa: E402
+from eval.summary import method_key, restore_offsets, summarize_group, wilson_interval  # noqa: E402
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -64,16 +64,6 @@ def plot_rollbacks(records: list[dict[str, Any]], out: Path) -> Path:
     ax.barh(names, [sum(v) / len(v) for v in (groups[n] for n in names)], color="#DD8452")
     ax.set_xlabel("rollbacks per episode (mean)")
     return _save(fig, out / "rollbacks.png")
-
-
-def restore_offsets(records: list[dict[str, Any]]) -> dict[str, list[int]]:
-    """Restore point minus the first injected error of the abandoned branch (0 = just before it)."""
-    offsets: dict[str, list[int]] = defaultdict(list)
-    for r in records:
-        for e in r.get("events", []):
-            if e["type"] == "restore" and e.get("first_error") is not None:
-                offsets[method_key(r)].append(e["to"] - e["first_error"])
-    return dict(offsets)
 
 
 def plot_restore_offsets(records: list[dict[str, Any]], out: Path) -> Path:

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eval.plots import restore_offsets
-from eval.summary import summarize
+from eval.summary import restore_offsets, summarize
 
 
 def table(summary: dict[str, Any]) -> str:

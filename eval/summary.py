@@ -67,3 +67,13 @@ def by_env(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, A
     for (method, env), rs in groups.items():
         out[method][env] = summarize_group(rs)
     return dict(out)
+
+
+def restore_offsets(records: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Restore point minus the first injected error of the abandoned branch (0 = just before it)."""
+    offsets: dict[str, list[int]] = defaultdict(list)
+    for r in records:
+        for e in r.get("events", []):
+            if e["type"] == "restore" and e.get("first_error") is not None:
+                offsets[method_key(r)].append(e["to"] - e["first_error"])
+    return dict(offsets)

@@ -133,6 +133,14 @@ def cmd_eval_controller(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    from eval.pipeline import run_pipeline
+
+    report = run_pipeline(_config(args))  # type: ignore[arg-type]
+    print(f"report: {report}")
+    return 0
+
+
 # --- parser -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -178,6 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     _stage(sub, "eval-controller", "offline decision quality of controllers on held-out labelled datasets",
            ControllerEvalConfig, cmd_eval_controller)
+    from eval.pipeline import PipelineConfig
+
+    _stage(sub, "pipeline", "every stage end to end (rollouts, labels, datasets, SFT/DPO, offline and "
+           "downstream evaluation), cached; prints where the report is", PipelineConfig, cmd_pipeline)
     from data_gen.build import BuildConfig
     from data_gen.rollout import RolloutConfig
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import json
 import types
 import typing
 from pathlib import Path
@@ -41,6 +42,10 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
     try:
         if typing.get_origin(base) is list:
             (item_type,) = typing.get_args(base) or (str,)
+            if dataclasses.is_dataclass(item_type):  # nested sections: YAML mappings, or JSON on the CLI
+                items = json.loads(value) if isinstance(value, str) else value
+                return [v if isinstance(v, item_type) else build_config(item_type, v, source=f"'{key}' entry")
+                        for v in items]
             items = value.split(",") if isinstance(value, str) else list(value)
             return [item_type(str(v).strip()) if item_type is not str else str(v).strip() for v in items if str(v).strip()]
         if base is bool:
@@ -53,7 +58,7 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
             raise ValueError(value)
         if base in (int, float, str):
             return base(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, AttributeError):
         raise UserInputError(f"config key '{key}': cannot read {value!r} as {getattr(base, '__name__', base)}") from None
     return value
 
