@@ -1,0 +1,218 @@
+"""ScienceWorld adapter (`scienceworld` 1.2.3 on PyPI, a Scala simulator behind py4j; needs Java).
+
+Restores by replay (`ReplayEnv`). Stock ScienceWorld does not replay reliably: objects keep their
+contents in hash sets keyed by JVM identity hashes, so listing order, heat-transfer order and the
+sequence of random draws change from one load to the next (object order in room descriptions,
+a thermometer reading 26 vs 27 degrees, a partial score 29 vs 30 in Mendelian genetics). We start
+the JVM with a constant identity hash (`-XX:hashCode=2`), which makes every load identical, and
+keep `admissible_actions()` from consuming the simulator's global random stream (listing valid
+actions picks random referents, which otherwise changes later outcomes of a replay that skips it).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import subprocess
+import threading
+from typing import Any
+
+from rir_runtime.envs.base import SPLITS, Observation, ReplayEnv, Split, StepResult, TaskSpec
+from rir_runtime.errors import DependencyMissingError, UnknownNameError, UserInputError
+
+JAVA_HINT = ("ScienceWorld needs a Java runtime (JRE 11+) on PATH: install one, "
+             "e.g. `apt-get install openjdk-17-jre-headless`")
+# constant identity hash -> deterministic set order; open java.util so the RNG state can be saved
+DETERMINISM_OPTS = ["-XX:+UnlockExperimentalVMOptions", "-XX:hashCode=2",
+                    "--add-opens=java.base/java.util=ALL-UNNAMED"]
+_JAVA_RANDOM_MULTIPLIER = 0x5DEECE66D  # java.util.Random.setSeed scrambles with this
+
+# Task -> number of variations in scienceworld 1.2.3 (PythonInterface.getTaskMaxVariations), in
+# the package's task order. Kept here so listing and validating tasks starts no JVM; reset()
+# checks the count against the running engine.
+MAX_VARIATIONS: dict[str, int] = {
+    "boil": 30, "melt": 30, "freeze": 30, "change-the-state-of-matter-of": 30,
+    "use-thermometer": 540, "measure-melting-point-known-substance": 436,
+    "measure-melting-point-unknown-substance": 300, "power-component": 20,
+    "power-component-renewable-vs-nonrenewable-energy": 20, "test-conductivity": 900,
+    "test-conductivity-of-unknown-substances": 600, "find-living-thing": 300,
+    "find-non-living-thing": 300, "find-plant": 300, "find-animal": 300, "grow-plant": 126,
+    "grow-fruit": 126, "chemistry-mix": 32, "chemistry-mix-paint-secondary-color": 36,
+    "chemistry-mix-paint-tertiary-color": 36, "lifespan-longest-lived": 125,
+    "lifespan-shortest-lived": 125, "lifespan-longest-lived-then-shortest-lived": 125,
+    "identify-life-stages-1": 14, "identify-life-stages-2": 10,
+    "inclined-plane-determine-angle": 168, "inclined-plane-friction-named-surfaces": 1386,
+    "inclined-plane-friction-unnamed-surfaces": 162, "mendelian-genetics-known-plant": 120,
+    "mendelian-genetics-unknown-plant": 480,
+}
+
+_launch_lock = threading.Lock()
+
+
+def split_variations(n: int) -> dict[str, list[int]]:
+    """The engine's train/dev/test variation ids for a task with `n` variations.
+
+    Mirrors PythonInterface.getSets (quarters: train = first two, dev = third, test = the rest),
+    so no task has to be loaded to count variations; the tests compare it with the engine.
+    """
+    small = {0: ([], [], []), 1: ([0], [], [0]), 2: ([0], [], [1]), 3: ([0], [1], [2])}
+    if n in small:
+        return dict(zip(SPLITS, map(list, small[n]), strict=True))
+    q = n // 4
+    g = [list(range(i, min(i + q, n))) for i in range(0, n, q)]
+    return {"train": g[0] + g[1], "dev": g[2], "test": g[3] + (g[4] if len(g) > 4 else [])}
+
+
+@functools.lru_cache(maxsize=1)
+def _java_accepts(opts: tuple[str, ...]) -> bool:
+    """Whether this JVM accepts our determinism flags (`-XX:hashCode` is an experimental flag)."""
+    try:
+        return subprocess.run(["java", *opts, "-version"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+class ScienceWorldEnv(ReplayEnv):
+    """One ScienceWorld JVM, started on first use and reused across tasks (only `load` per reset)."""
+
+    name = "scienceworld"
+
+    def __init__(self, step_limit: int = 100, simplification: str = "easy") -> None:
+        super().__init__()
+        self.step_limit = step_limit
+        self.simplification = simplification
+        self.deterministic = False  # set when the JVM runs with DETERMINISM_OPTS
+        self._sw: Any = None  # scienceworld.ScienceWorldEnv, started lazily
+        self._rng: tuple[Any, Any, Any, Any] | None = None  # (java Random, seed, gaussian flags)
+        self._gold: dict[tuple[str, int, str], tuple[str, ...]] = {}
+        self._variation_id = 0
+        self._steps = 0
+        self._prev_score = 0.0
+
+    # --- catalogue ------------------------------------------------------------------------
+    @classmethod
+    def task_names(cls) -> list[str]:
+        return list(MAX_VARIATIONS)
+
+    def _split_ids(self, task: str, split: str) -> list[int]:
+        if task not in MAX_VARIATIONS:
+            raise UnknownNameError(f"{self.name} task", task, list(MAX_VARIATIONS))
+        if split not in SPLITS:
+            raise UnknownNameError("split", split, list(SPLITS))
+        return split_variations(MAX_VARIATIONS[task])[split]
+
+    def num_variations(self, task: str, split: Split) -> int:
+        return len(self._split_ids(task, split))
+
+    # --- engine ---------------------------------------------------------------------------
+    def _engine(self) -> Any:
+        """Start the JVM once (3-7 s); its stdout/stderr go to /dev/null (py4j's default)."""
+        if self._sw is not None:
+            return self._sw
+        if shutil.which("java") is None:
+            raise DependencyMissingError(JAVA_HINT)
+        try:
+            import scienceworld.scienceworld as sws
+        except ImportError:
+            raise DependencyMissingError("ScienceWorld is not installed: `pip install scienceworld==1.2.3`") from None
+        opts = DETERMINISM_OPTS if _java_accepts(tuple(DETERMINISM_OPTS)) else []
+        with _launch_lock:  # the package offers no javaopts argument: patch its launcher briefly
+            original = sws.launch_gateway
+            sws.launch_gateway = functools.partial(original, javaopts=opts)
+            try:
+                self._sw = sws.ScienceWorldEnv("", envStepLimit=10**9)
+            finally:
+                sws.launch_gateway = original
+        self.deterministic = bool(opts)
+        try:  # handles on the global scala.util.Random, to keep admissible_actions() side-effect free
+            jvm = self._sw._gateway.jvm
+            rnd = getattr(getattr(jvm.scala.util, "Random$"), "MODULE$").self()
+            cls = jvm.java.lang.Class.forName("java.util.Random")
+            fields = [cls.getDeclaredField(n) for n in ("seed", "haveNextNextGaussian", "nextNextGaussian")]
+            for f in fields:
+                f.setAccessible(True)
+            self._rng = (rnd, *fields)
+        except Exception:  # noqa: BLE001 - a JVM without --add-opens: listing may perturb replays
+            self._rng, self.deterministic = None, False
+        return self._sw
+
+    def _reset_engine(self, task: TaskSpec) -> Observation:
+        if task.env != self.name:
+            raise UserInputError(f"task {task.key} is for environment '{task.env}', not '{self.name}'")
+        ids = self._split_ids(task.task, task.split)
+        if not 0 <= task.variation < len(ids):
+            raise UserInputError(
+                f"variation {task.variation} does not exist for {self.name} task '{task.task}' in split "
+                f"'{task.split}' (it has variations 0-{len(ids) - 1}); pick one within that range")
+        sw = self._engine()
+        if sw.get_max_variations(task.task) != MAX_VARIATIONS[task.task]:
+            raise DependencyMissingError(
+                f"the installed scienceworld has a different variation count for '{task.task}' than "
+                f"this adapter expects: install scienceworld==1.2.3")
+        self._variation_id = ids[task.variation]
+        sw.load(task.task, self._variation_id, self.simplification, generateGoldPath=False)
+        self._steps, self._prev_score = 0, 0.0
+        # a free look (no simulated time passes) so the gold path still applies from here
+        text = str(sw.server.freeActionLook()).rstrip()
+        return Observation(text=text, objective=str(sw.server.getTaskDescription()), score=0.0,
+                           info={"variation_id": self._variation_id, "simplification": self.simplification})
+
+    def _step_engine(self, action: str) -> StepResult:
+        server = self._sw.server
+        text = str(server.step(action))
+        score = float(int(round(100 * server.getScore())))  # same conversion as the package
+        completed = bool(server.getCompleted())
+        self._steps += 1
+        reward, self._prev_score = score - self._prev_score, score
+        won, lost = score >= 100, score < 0  # a wrong focus scores -100 and ends the episode
+        limit = self._steps >= self.step_limit
+        return StepResult(
+            observation=text, reward=reward, score=score, done=completed or won or lost or limit,
+            won=won, lost=lost,
+            info={"moves": int(server.getNumMoves()), "steps": self._steps, "completed": completed,
+                  "step_limit_reached": limit and not (won or lost)},
+        )
+
+    # --- actions --------------------------------------------------------------------------
+    def admissible_actions(self) -> list[str]:
+        """Sorted unique valid actions; the engine's random draws for referents are undone."""
+        if self._task is None:
+            raise RuntimeError("admissible_actions() called before reset()")
+        server = self._sw.server
+        saved = None
+        if self._rng is not None:
+            rnd, seed, have_g, next_g = self._rng
+            saved = (seed.get(rnd), have_g.getBoolean(rnd), next_g.getDouble(rnd))
+        data = json.loads(str(server.getValidActionObjectCombinationsJSON()))  # one call, not a py4j list
+        if saved is not None:
+            rnd.setSeed(saved[0] ^ _JAVA_RANDOM_MULTIPLIER)  # setSeed scrambles: this restores it exactly
+            have_g.setBoolean(rnd, saved[1])
+            next_g.setDouble(rnd, saved[2])
+        return sorted({str(a["action"]) for a in data.get("validActions", [])})
+
+    def gold_actions(self) -> list[str]:
+        """The whole gold path of the current variation (generated once per variation: 0.3-18 s)."""
+        if self._task is None:
+            raise RuntimeError("gold_actions() called before reset()")
+        key = (self._task.task, self._variation_id, self.simplification)
+        if key not in self._gold:
+            snapshot = self.checkpoint()
+            self._sw.load(key[0], key[1], key[2], generateGoldPath=True)
+            self._gold[key] = tuple(str(a) for a in self._sw.server.getGoldActionSequence())
+            self.restore(snapshot)  # generating the path reloaded the world: replay the branch
+        return list(self._gold[key])
+
+    def expert_actions(self) -> list[str]:
+        """The rest of the gold path while the branch follows it; [] off it (no oracle there)."""
+        if self._task is None:
+            return []
+        gold, done = self.gold_actions(), self._actions
+        return gold[len(done):] if gold[: len(done)] == done else []
+
+    def close(self) -> None:
+        if self._sw is not None:
+            try:
+                self._sw.close()
+            finally:
+                self._sw, self._rng = None, None
