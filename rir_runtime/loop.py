@@ -127,8 +127,7 @@ class EpisodeRunner:
         return record
 
     def _agent_turn(self, ep: Episode, schedule: ReviewSchedule) -> None:
-        actions = self.env.admissible_actions()
-        ctx = AgentContext(ep.task.key, ep.objective, ep.memory, ep.history, ep.observation, actions)
+        ctx = AgentContext(ep.task.key, ep.objective, ep.memory, ep.history, ep.observation, self.env.admissible_actions)
         act = self.policy.act(ctx)
         ep.agent_calls += 1
         ep.prompt_tokens += act.prompt_tokens

@@ -9,7 +9,9 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal, Protocol
 
 from rir_runtime.envs.base import Env
@@ -21,12 +23,19 @@ from rir_runtime.prompts import render_agent
 
 @dataclass(frozen=True)
 class AgentContext:
+    """What the policy sees. Valid actions are listed on first use only: on ScienceWorld listing
+    them costs more than a step, and the scripted expert rarely needs them."""
+
     task: str
     objective: str
     memory: ReflectionMemory
     history: tuple[Step, ...]
     observation: str
-    actions: list[str]
+    list_actions: Callable[[], list[str]]
+
+    @cached_property
+    def actions(self) -> list[str]:
+        return self.list_actions()
 
 
 @dataclass(frozen=True)
@@ -70,10 +79,17 @@ class NoisyExpertPolicy:
         self.env, self.error_rate, self.seed = env, error_rate, seed
         # plan remaining after acting in each state (keyed by the branch's action prefix)
         self._after: dict[tuple[str, ...], list[str]] = {}
+        self._pending: frozenset[tuple[str, ...]] = frozenset()  # states where a mistake replaced the plan step
 
     def act(self, ctx: AgentContext) -> AgentAction:
         state = tuple(s.action for s in ctx.history)
-        plan = self.env.expert_actions() or self._after.get(state[:-1], [])
+        plan = self.env.expert_actions()
+        if not plan:
+            plan = self._after.get(state[:-1], [])
+            # After a mistake the intended step is still pending: take it if it is still possible
+            # (the mistake was a detour), skip it if not (the mistake took its place, silently).
+            if state[:-1] in self._pending and plan and plan[0] not in ctx.actions:
+                plan = plan[1:]
         if not plan:
             return AgentAction("respond", "I cannot find a way to finish the task.")
         right, self._after[state] = plan[0], plan[1:]
@@ -81,6 +97,7 @@ class NoisyExpertPolicy:
         if _unit(str(self.seed), ctx.task, key, right) < self.error_rate:
             wrong = self._mistake(right, ctx.actions, ctx.task, key)
             if wrong and not ctx.memory.forbids(wrong):
+                self._after[state], self._pending = plan, self._pending | {state}
                 return AgentAction("task", wrong, injected_error=True)
         return AgentAction("task", right)
 

@@ -78,7 +78,7 @@ class ScienceWorldEnv(ReplayEnv):
 
     name = "scienceworld"
 
-    def __init__(self, step_limit: int = 100, simplification: str = "easy") -> None:
+    def __init__(self, step_limit: int = 250, simplification: str = "easy") -> None:
         super().__init__()
         self.step_limit = step_limit
         self.simplification = simplification

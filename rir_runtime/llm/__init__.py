@@ -1,9 +1,18 @@
 """Models: the registry (names -> weights) and the generation/scoring backends."""
 
+from rir_runtime.llm.backends import (
+    Backend,
+    Completion,
+    OpenAIBackend,
+    TransformersBackend,
+    make_backend,
+    truncate_at_stop,
+)
 from rir_runtime.llm.registry import (
     MODELS,
     ModelInfo,
     ModelSpec,
+    cache_root,
     list_models,
     load_model_and_tokenizer,
     prepare_model,
@@ -11,5 +20,7 @@ from rir_runtime.llm.registry import (
 )
 
 __all__ = [
-    "MODELS", "ModelInfo", "ModelSpec", "list_models", "load_model_and_tokenizer", "prepare_model", "resolve_model",
+    "MODELS", "Backend", "Completion", "ModelInfo", "ModelSpec", "OpenAIBackend", "TransformersBackend",
+    "cache_root", "list_models", "load_model_and_tokenizer", "make_backend", "prepare_model", "resolve_model",
+    "truncate_at_stop",
 ]

@@ -284,12 +284,15 @@ def load_model_and_tokenizer(name: str, dtype: Any = "auto", device: str = "cpu"
     spec = resolve_model(name)
     if spec.kind == "adapter":
         return _load_adapter(spec, dtype, device)
+    if spec.kind == "hub" and name.startswith(("/", ".", "~")):
+        raise ModelLoadError(f"model '{name}' is neither a registered name ({', '.join(MODELS)}), a local folder, "
+                             "nor reachable on the Hugging Face hub: no folder at that path")
     where = str(local_path(name))
     try:
         tokenizer = AutoTokenizer.from_pretrained(where)
         model = AutoModelForCausalLM.from_pretrained(where, dtype=_torch_dtype(dtype, device))
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear line
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200].rstrip(".")
         if spec.kind == "hub":
             close = difflib.get_close_matches(name, list(MODELS), n=1)
             hint = f" Did you mean '{close[0]}'?" if close else ""

@@ -1,0 +1,272 @@
+"""Generation and scoring backends: local transformers (batched) and OpenAI-compatible HTTP servers.
+
+Policies and prompted controllers see only the `Backend` protocol, so a run can switch between a
+CPU model in-process and a vLLM / SGLang / llama.cpp server by changing one spec string.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol, Union, runtime_checkable
+
+from rir_runtime.errors import ModelLoadError, RIRError
+
+Messages = list[dict[str, str]]
+Prompt = Union[Messages, str]
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+    supports_scoring: bool
+
+    def generate(self, prompts: list[Messages] | list[str], *, max_new_tokens: int, stop: list[str] | None = None,
+                 temperature: float = 0.0) -> list[Completion]:
+        """One completion per prompt; chat prompts get the model's chat template."""
+        ...
+
+    def score(self, prompt: Prompt, continuations: list[str]) -> list[float]:
+        """Summed log-likelihood of each continuation right after the (rendered) prompt."""
+        ...
+
+
+def truncate_at_stop(text: str, stop: list[str] | None) -> str:
+    """Cut at the earliest stop string (servers and stop_strings may overshoot by a token)."""
+    cuts = [i for s in stop or [] if s and (i := text.find(s)) >= 0]
+    return text[: min(cuts)] if cuts else text
+
+
+class TransformersBackend:
+    """A local causal LM: many prompts per `generate` call, left padding, greedy at temperature 0."""
+
+    supports_scoring = True
+
+    def __init__(self, model_name_or_path: str, dtype: Any = "auto", device: str = "cpu",
+                 max_batch_size: int = 16) -> None:
+        from rir_runtime.llm.registry import load_model_and_tokenizer
+
+        self.model, self.tokenizer = load_model_and_tokenizer(model_name_or_path, dtype=dtype, device=device)
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.tokenizer.padding_side = "left"
+        self.device, self.max_batch_size = device, max(1, max_batch_size)
+        self.name = f"transformers:{model_name_or_path}"
+        self._stop_strings_ok = True
+        self._prefix_cache_ok = True
+
+    def _encode(self, prompt: Prompt) -> list[int]:
+        """Chat messages through the chat template (which adds BOS itself); raw text with specials."""
+        if isinstance(prompt, str):
+            return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        text = self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _left_pad(self, rows: list[list[int]]) -> tuple[Any, Any, Any]:
+        import torch
+
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        return ids, mask, positions
+
+    def generate(self, prompts: list[Messages] | list[str], *, max_new_tokens: int, stop: list[str] | None = None,
+                 temperature: float = 0.0) -> list[Completion]:
+        encoded = [self._encode(p) for p in prompts]
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths pad less
+        results: dict[int, Completion] = {}
+        for start in range(0, len(order), self.max_batch_size):
+            chunk = order[start: start + self.max_batch_size]
+            for i, completion in zip(chunk, self._generate_batch([encoded[i] for i in chunk], max_new_tokens,
+                                                                 stop, temperature)):
+                results[i] = completion
+        return [results[i] for i in range(len(prompts))]
+
+    def _generate_batch(self, rows: list[list[int]], max_new_tokens: int, stop: list[str] | None,
+                        temperature: float) -> list[Completion]:
+        import torch
+
+        ids, mask, _ = self._left_pad(rows)
+        kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": self.tokenizer.pad_token_id}
+        if temperature > 0:
+            kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        with torch.inference_mode():
+            out = None
+            if stop and self._stop_strings_ok:
+                try:
+                    out = self.model.generate(input_ids=ids, attention_mask=mask, stop_strings=stop,
+                                              tokenizer=self.tokenizer, **kwargs)
+                except Exception:  # noqa: BLE001 - some tokenizers cannot build stop-string tables
+                    self._stop_strings_ok = False
+            if out is None:
+                out = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set([eos] if isinstance(eos, int) else (eos or [])) | {self.tokenizer.eos_token_id}
+        completions = []
+        for row, new in zip(rows, out[:, ids.shape[1]:].tolist()):
+            n = next((k + 1 for k, t in enumerate(new) if t in eos_ids), len(new))  # after EOS is padding
+            text = self.tokenizer.decode(new[:n], skip_special_tokens=True)
+            completions.append(Completion(truncate_at_stop(text, stop), len(row), n))
+        return completions
+
+    def score(self, prompt: Prompt, continuations: list[str]) -> list[float]:
+        """The prompt runs once; its KV cache is repeated over a right-padded batch of continuations
+        (ranking 100 admissible actions must not recompute a 1k-token prompt 100 times)."""
+        if not continuations:
+            return []
+        head = self._encode(prompt)
+        tails = [self.tokenizer(c, add_special_tokens=False)["input_ids"] or [self.tokenizer.eos_token_id]
+                 for c in continuations]
+        if self._prefix_cache_ok:
+            try:
+                return self._score_cached(head, tails)
+            except Exception:  # noqa: BLE001 - a cache class without batch repeat: use the plain path
+                self._prefix_cache_ok = False
+        return self._score_plain(head, tails)
+
+    def _score_cached(self, head: list[int], tails: list[list[int]]) -> list[float]:
+        import copy
+        import inspect
+
+        import torch
+
+        with torch.inference_mode():
+            first = self.model(input_ids=torch.tensor([head], device=self.device), use_cache=True, logits_to_keep=1)
+            first_lp = torch.log_softmax(first.logits[0, -1].float(), dim=-1)
+            # transformers 5.x renamed `past_key_values` to `cache` (old name deprecated until 5.40)
+            cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+            prefix = getattr(first, "cache", None) or first.past_key_values
+            scores: list[float] = []
+            for start in range(0, len(tails), self.max_batch_size):
+                chunk = tails[start: start + self.max_batch_size]
+                width = max(len(t) for t in chunk)
+                pad = self.tokenizer.pad_token_id
+                ids = torch.tensor([t + [pad] * (width - len(t)) for t in chunk], device=self.device)
+                mask = torch.tensor([[1] * (len(head) + len(t)) + [0] * (width - len(t)) for t in chunk],
+                                    device=self.device)
+                positions = torch.arange(len(head), len(head) + width, device=self.device).expand(len(chunk), -1)
+                cache = copy.deepcopy(prefix)
+                cache.batch_repeat_interleave(len(chunk))
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                    **{cache_kw: cache}, use_cache=True).logits.float()
+                token_lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+                for r, t in enumerate(chunk):
+                    scores.append(float(first_lp[t[0]] + token_lp[r, : len(t) - 1].sum()))
+        return scores
+
+    def _score_plain(self, head: list[int], tails: list[list[int]]) -> list[float]:
+        """Left-padded prompt+continuation rows in one forward pass; only the last positions get logits
+        (a 262k vocabulary times the whole prompt would not fit in memory)."""
+        import torch
+
+        scores: list[float] = []
+        for start in range(0, len(tails), self.max_batch_size):
+            chunk = tails[start: start + self.max_batch_size]
+            ids, mask, positions = self._left_pad([head + t for t in chunk])
+            keep = max(len(t) for t in chunk) + 1
+            with torch.inference_mode():
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                    logits_to_keep=keep).logits.float()
+            logprobs = torch.log_softmax(logits[:, :-1], dim=-1)  # position j predicts token j+1
+            token_lp = logprobs.gather(-1, ids[:, -keep + 1:].unsqueeze(-1)).squeeze(-1)
+            for r, t in enumerate(chunk):
+                scores.append(float(token_lp[r, -len(t):].sum()))
+        return scores
+
+
+class OpenAIBackend:
+    """An OpenAI-compatible server (vLLM, SGLang, llama.cpp): chat messages go to /chat/completions,
+    raw strings to /completions; a batch is sent as concurrent requests."""
+
+    supports_scoring = False
+
+    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout: float = 120.0,
+                 max_workers: int = 8, retries: int = 2) -> None:
+        base = base_url.rstrip("/")
+        self.base_url = base if base.endswith("/v1") else base + "/v1"
+        self.model, self.timeout, self.max_workers, self.retries = model, timeout, max_workers, retries
+        self.api_key = os.environ.get(api_key_env, "")
+        self.name = f"openai:{model}@{self.base_url}"
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        url = self.base_url + path
+        for attempt in range(self.retries + 1):
+            req = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    return json.loads(resp.read())
+            except urllib.error.HTTPError as exc:
+                detail = exc.read()[:200].decode(errors="replace")
+                if exc.code < 500 or attempt == self.retries:
+                    raise RIRError(f"{url} answered HTTP {exc.code}: {detail}") from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                if attempt == self.retries:
+                    raise ModelLoadError(f"cannot reach the OpenAI-compatible server {url}: {exc}") from None
+            time.sleep(0.5 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def _one(self, prompt: Prompt, max_new_tokens: int, stop: list[str] | None, temperature: float) -> Completion:
+        body: dict[str, Any] = {"model": self.model, "max_tokens": max_new_tokens, "temperature": temperature}
+        if stop:
+            body["stop"] = stop
+        if isinstance(prompt, str):
+            data = self._post("/completions", {**body, "prompt": prompt})
+            text = data["choices"][0].get("text") or ""
+        else:
+            data = self._post("/chat/completions", {**body, "messages": prompt})
+            text = data["choices"][0]["message"].get("content") or ""
+        usage = data.get("usage") or {}
+        return Completion(truncate_at_stop(text, stop), int(usage.get("prompt_tokens", 0)),
+                          int(usage.get("completion_tokens", 0)))
+
+    def generate(self, prompts: list[Messages] | list[str], *, max_new_tokens: int, stop: list[str] | None = None,
+                 temperature: float = 0.0) -> list[Completion]:
+        if len(prompts) <= 1:
+            return [self._one(p, max_new_tokens, stop, temperature) for p in prompts]
+        with ThreadPoolExecutor(min(self.max_workers, len(prompts))) as pool:
+            return list(pool.map(lambda p: self._one(p, max_new_tokens, stop, temperature), prompts))
+
+    def score(self, prompt: Prompt, continuations: list[str]) -> list[float]:
+        raise NotImplementedError(f"{self.name} cannot score continuations (chat APIs return no prompt "
+                                  "log-probabilities); use generate mode or a transformers backend")
+
+
+def make_backend(spec: str, **kwargs: Any) -> Backend:
+    """Build a backend from one string.
+
+    - `openai:<model>@<base_url>`, e.g. `openai:Qwen/Qwen2.5-7B-Instruct@http://localhost:8000/v1`
+      (`/v1` is appended when missing; the API key, if any, is read from $OPENAI_API_KEY);
+      `openai:<model>` alone uses $OPENAI_BASE_URL, else https://api.openai.com/v1.
+    - `transformers:<name>` or just `<name>`: a registered model, a local folder or a hub id, run
+      in-process (kwargs: dtype, device, max_batch_size).
+    """
+    if spec.startswith("openai:"):
+        rest = spec[len("openai:"):]
+        cut = max(rest.rfind("@http://"), rest.rfind("@https://"))
+        model, base = (rest[:cut], rest[cut + 1:]) if cut >= 0 else (rest, "")
+        base = base or os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
+        if not model:
+            raise ModelLoadError(f"backend spec '{spec}' names no model: use openai:<model>@<base_url>")
+        return OpenAIBackend(base, model, **kwargs)
+    if spec.startswith("transformers:"):
+        spec = spec[len("transformers:"):]
+    return TransformersBackend(spec, **kwargs)

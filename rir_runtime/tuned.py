@@ -1,0 +1,141 @@
+"""`tuned:<adapter-folder>` controllers: a base model plus a LoRA adapter trained by `rir train`.
+
+An adapter folder holds the PEFT adapter, the tokenizer, and `rir_controller.json` (the card
+written by `train/common.py`): what it is (`kind`), which base model it was trained on, which
+decision types, and the `prompt_format_version` of the renderer that built its training data. A
+controller adapter only works with prompts rendered the same way, so a version mismatch is an
+error, not a warning.
+
+    backend = load_tuned_backend("runs/sft-smollm2")        # base + adapter (unmerged)
+    backend.generate([messages], max_new_tokens=160)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rir_runtime.errors import ModelLoadError, UserInputError
+from rir_runtime.llm.backends import TransformersBackend
+from rir_runtime.prompts import PROMPT_FORMAT_VERSION
+
+CARD = "rir_controller.json"
+# How to use adapters of other kinds (written by other training stages), for the error message.
+KIND_USE = {
+    "policy": "the agent policy: --policy llm:{dir}",
+    "agent": "the agent policy: --policy llm:{dir}",
+}
+
+
+def read_card(adapter_dir: str | Path) -> dict[str, Any]:
+    """The adapter's `rir_controller.json`, validated: a controller adapter with our prompt format."""
+    folder = Path(adapter_dir).expanduser()
+    if not folder.is_dir():
+        raise UserInputError(f"adapter folder {folder} does not exist: pass the --output-dir of `rir train sft|dpo`")
+    path = folder / CARD
+    if not path.is_file():
+        hint = (" It holds a PEFT adapter without our card: it was not trained by `rir train`."
+                if (folder / "adapter_config.json").is_file() else "")
+        raise UserInputError(f"{folder} has no {CARD}, so it is not a controller adapter made by `rir train sft|dpo`."
+                             f"{hint} Train one with `rir train sft --config configs/train/sft_cpu_quick.yaml`.")
+    try:
+        card = json.loads(path.read_text())
+    except ValueError as err:
+        raise UserInputError(f"{path} is not valid JSON ({err}): retrain the adapter or restore the file") from None
+    kind = card.get("kind")
+    if kind != "controller":
+        use = KIND_USE.get(str(kind), "whatever stage produced it, not as a controller").format(dir=folder)
+        raise UserInputError(f"{folder} is a {kind} adapter, not a controller adapter; use it as {use} instead")
+    version = card.get("prompt_format_version")
+    if version != PROMPT_FORMAT_VERSION:
+        raise UserInputError(
+            f"{folder} was trained on prompts of format version {version}, but this runtime renders version "
+            f"{PROMPT_FORMAT_VERSION}: retrain the adapter on data built by this version (`rir build-data` then "
+            f"`rir train sft`), or use a runtime whose PROMPT_FORMAT_VERSION is {version}")
+    if not card.get("base_model"):
+        raise UserInputError(f"{path} names no base_model: retrain the adapter with `rir train sft|dpo`")
+    return card
+
+
+def base_model_location(card: dict[str, Any]) -> str:
+    """Where to load the base from: a registered name is re-resolved (the cache path may differ
+    between machines); else the recorded path if it exists here; else the name (a hub id)."""
+    from rir_runtime.llm.registry import MODELS, local_path
+
+    name = card["base_model"]
+    if name in MODELS:
+        return str(local_path(name))
+    recorded = card.get("base_model_path")
+    if recorded and Path(recorded).exists():
+        return str(recorded)
+    if Path(name).expanduser().exists():
+        return str(Path(name).expanduser())
+    return str(name)
+
+
+def load_tuned_model(adapter_dir: str | Path, merge: bool = False, device: str = "cpu",
+                     dtype: Any = "auto") -> tuple[Any, Any, dict[str, Any]]:
+    """(model in eval mode, tokenizer, card): the base model with the adapter applied (or merged)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    card = read_card(adapter_dir)
+    folder = Path(adapter_dir).expanduser()
+    where = base_model_location(card)
+    if dtype in (None, "auto"):
+        dtype = torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
+    try:
+        base = AutoModelForCausalLM.from_pretrained(where, dtype=dtype)
+    except Exception as exc:  # noqa: BLE001 - one clear line
+        raise ModelLoadError(f"cannot load the base model '{card['base_model']}' ({where}) of adapter {folder}: "
+                             f"{_first_line(exc)}") from None
+    try:
+        model = PeftModel.from_pretrained(base, str(folder))
+    except Exception as exc:  # noqa: BLE001 - shape/module mismatches become one clear line
+        raise ModelLoadError(f"adapter {folder} does not fit base model '{card['base_model']}' ({where}): "
+                             f"{_first_line(exc)}. Was the base model changed after training?") from None
+    if merge:
+        model = model.merge_and_unload()
+    # The adapter folder's tokenizer is the one training used (same chat template, pad token set).
+    tok_src = folder if (folder / "tokenizer_config.json").is_file() else Path(where)
+    tokenizer = AutoTokenizer.from_pretrained(str(tok_src))
+    return model.to(device).eval(), tokenizer, card
+
+
+def load_tuned_backend(adapter_dir: str, merge: bool = False, device: str | None = None, dtype: Any = "auto",
+                       max_batch_size: int = 16) -> TunedBackend:
+    """A `TransformersBackend` (`generate`, `score`) serving base model + adapter.
+
+    The controller passes chat messages; the backend applies the tokenizer's chat template, so the
+    served prompt is the one the adapter was trained on. `merge=True` folds LoRA into the weights
+    (faster generation; the base model is no longer reachable). A `tuned:` prefix is accepted.
+    """
+    import torch
+
+    adapter_dir = adapter_dir.removeprefix("tuned:")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model, tokenizer, card = load_tuned_model(adapter_dir, merge=merge, device=device, dtype=dtype)
+    backend = TunedBackend(model, tokenizer, f"tuned:{adapter_dir}", device, max_batch_size)
+    backend.card = card
+    return backend
+
+
+class TunedBackend(TransformersBackend):
+    """`TransformersBackend` over an already loaded model (base + adapter): same batching, chat
+    template, stop strings and scoring; only the loading differs."""
+
+    def __init__(self, model: Any, tokenizer: Any, name: str, device: str = "cpu", max_batch_size: int = 16) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.tokenizer.padding_side = "left"
+        self.device, self.max_batch_size = device, max(1, max_batch_size)
+        self.name = name
+        self.card: dict[str, Any] = {}
+        self._stop_strings_ok = True
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]

@@ -1,0 +1,171 @@
+"""Model registry and backends, on tiny-random-llama (seconds) plus one packaged-model integration test."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from rir_runtime.errors import ModelLoadError
+from rir_runtime.llm import (
+    Completion,
+    OpenAIBackend,
+    TransformersBackend,
+    list_models,
+    load_model_and_tokenizer,
+    make_backend,
+    prepare_model,
+    resolve_model,
+    truncate_at_stop,
+)
+
+TINY = "tiny-random-llama"
+PROMPTS = [
+    [{"role": "user", "content": "hi"}],
+    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Go north, then open the door."}],
+    "a raw string prompt of middling length",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny() -> TransformersBackend:
+    return TransformersBackend(TINY, max_batch_size=8)
+
+
+def test_tiny_builds_saves_and_reloads(tmp_path: Path) -> None:
+    folder = prepare_model(TINY)
+    marker = json.loads((folder / "rir_prepared.json").read_text())
+    assert "model.safetensors" in marker["files"]
+    model, tok = load_model_and_tokenizer(TINY)
+    text = tok.apply_chat_template(PROMPTS[1], tokenize=False, add_generation_prompt=True)
+    assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n")
+    assert tok.decode(tok("héllo wörld ✓")["input_ids"]) == "héllo wörld ✓"
+    model.save_pretrained(tmp_path / "copy")
+    tok.save_pretrained(tmp_path / "copy")
+    again, tok2 = load_model_and_tokenizer(str(tmp_path / "copy"))
+    assert resolve_model(str(tmp_path / "copy")).kind == "folder"
+    assert all((a == b).all() for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    assert tok2.chat_template == tok.chat_template
+    assert (TINY, "tiny") in [(m.name, m.kind) for m in list_models()]
+
+
+def test_batched_generation_equals_single(tiny: TransformersBackend) -> None:
+    batched = tiny.generate(PROMPTS, max_new_tokens=12)
+    single = [tiny.generate([p], max_new_tokens=12)[0] for p in PROMPTS]
+    assert batched == single
+    assert len({c.prompt_tokens for c in batched}) == 3  # different lengths really were padded
+    assert all(c.prompt_tokens > 0 and c.completion_tokens > 0 for c in batched)
+
+
+def test_stop_strings_truncate(tiny: TransformersBackend) -> None:
+    full = tiny.generate(PROMPTS[:1], max_new_tokens=16)[0]
+    stop = next(ch for ch in full.text[1:-2] if ch.isascii() and ch.isalnum())  # a random model's text is junk
+    cut = tiny.generate(PROMPTS[:1], max_new_tokens=16, stop=[stop, "never"])[0]
+    assert cut.text == full.text[: full.text.find(stop)]
+    assert cut.completion_tokens < full.completion_tokens  # generation itself stopped early
+    assert truncate_at_stop("a\nb. c", ["x", ".", "\n"]) == "a"
+
+
+def test_score_ranks_and_matches_single(tiny: TransformersBackend) -> None:
+    prompt = PROMPTS[1]
+    conts = ["Action: go north", "Action: open door now please", "x"]
+    batched = tiny.score(prompt, conts)
+    single = [tiny.score(prompt, [c])[0] for c in conts]
+    assert batched == pytest.approx(single, abs=1e-3)
+    assert all(s < 0 for s in batched)
+    assert batched[1] < batched[0]  # more tokens of a random model: lower likelihood
+    # reference: one unpadded full-logits forward pass per continuation
+    import torch
+
+    head = tiny._encode(prompt)
+    for cont, got in zip(conts, batched):
+        tail = tiny.tokenizer(cont, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logp = torch.log_softmax(tiny.model(torch.tensor([head + tail])).logits[0].float(), -1)
+        ref = sum(float(logp[len(head) + k - 1, t]) for k, t in enumerate(tail))
+        assert got == pytest.approx(ref, abs=1e-3)
+
+
+class _Canned(BaseHTTPRequestHandler):
+    seen: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _Canned.seen.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
+        reply = {"id": "x", "object": "chat.completion", "model": body["model"],
+                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "Action: go north\nThought"},
+                              "finish_reason": "stop"}],
+                 "usage": {"prompt_tokens": 17, "completion_tokens": 5, "total_tokens": 22}}
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_openai_backend_against_local_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    server = HTTPServer(("127.0.0.1", 0), _Canned)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        backend = make_backend(f"openai:my/model@http://127.0.0.1:{server.server_port}")
+        assert isinstance(backend, OpenAIBackend) and backend.base_url.endswith("/v1")
+        out = backend.generate(PROMPTS[:2] * 2, max_new_tokens=8, stop=["\n"])
+        assert out == [Completion("Action: go north", 17, 5)] * 4
+        assert {s["path"] for s in _Canned.seen} == {"/v1/chat/completions"}
+        assert _Canned.seen[0]["model"] == "my/model" and _Canned.seen[0]["auth"] == "Bearer sk-test"
+        assert _Canned.seen[0]["stop"] == ["\n"] and _Canned.seen[0]["max_tokens"] == 8
+        with pytest.raises(NotImplementedError):
+            backend.score(PROMPTS[0], ["a"])
+    finally:
+        server.shutdown()
+
+
+def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """huggingface_hub reads HF_HUB_OFFLINE once at import, so patch the constant as well."""
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
+def test_unknown_model_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    _offline(monkeypatch)
+    with pytest.raises(ModelLoadError) as err:
+        load_model_and_tokenizer("smollm2-135m-instruc")
+    msg = str(err.value)
+    assert "\n" not in msg and "neither a registered name" in msg and "smollm2-135m-instruct" in msg
+
+
+def test_corrupt_cache_entry_is_reported_then_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RIR_CACHE_DIR", str(tmp_path))
+    folder = prepare_model(TINY)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # a truncated download / full disk
+    with pytest.raises(ModelLoadError, match="is corrupt .*rir models prepare tiny-random-llama"):
+        load_model_and_tokenizer(TINY)
+    assert prepare_model(TINY) == folder
+    load_model_and_tokenizer(TINY)
+    assert not list(tmp_path.glob("models/*.tmp-*"))
+
+
+@pytest.mark.integration
+def test_smollm2_prepares_unquantized_and_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("gguf")
+    monkeypatch.setenv("RIR_CACHE_DIR", str(tmp_path))
+    _offline(monkeypatch)
+    prepare_model("smollm2-135m-instruct")
+    model, tok = load_model_and_tokenizer("smollm2-135m-instruct")
+    assert getattr(model, "hf_quantizer", None) is None and not getattr(model, "is_quantized", False)
+    assert not hasattr(model.config, "quantization_config") and tok.chat_template
+    backend = TransformersBackend("smollm2-135m-instruct")
+    out = backend.generate([[{"role": "user", "content": "What is the capital of France?"}]], max_new_tokens=12)[0]
+    assert "Paris" in out.text and out.completion_tokens > 0

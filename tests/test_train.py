@@ -1,0 +1,316 @@
+"""Training: SFT and DPO of LoRA controller adapters on the tiny random Llama (built from a config).
+
+Datasets are written in the test, in the exact format `rir build-data` writes (TRL conversational
+prompt-completion and preference rows, `train`/`validation` splits, a `meta` column).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+from rir_runtime.envs.checkpoints import Step  # noqa: E402
+from rir_runtime.errors import UserInputError  # noqa: E402
+from rir_runtime.prompts import PROMPT_FORMAT_VERSION, DecisionContext, render_decision  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN_CONFIGS = sorted((REPO / "configs" / "train").glob("*.yaml"))
+FAST = ["--model", "tiny-random-llama", "--use_cpu", "true", "--bf16", "false", "--dtype", "float32",
+        "--gradient_checkpointing", "false", "--report_to", "none", "--dataloader_num_workers", "0",
+        "--max_eval_samples", "6", "--logging_steps", "1", "--save_strategy", "no", "--eval_on_start", "false",
+        "--disable_tqdm", "true"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """A 2-core box shared with other jobs: one BLAS thread is many times faster than two fighting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# --- data ---------------------------------------------------------------------------------------
+def _prompt(kind: str, i: int) -> list[dict[str, str]]:
+    steps = (Step(0, "take apple", "You take the apple.", 10.0), Step(1, f"chill apple {i}", "Done.", 20.0))
+    ctx = DecisionContext(task="workshop-3", objective="Chill the apple.", memory="", history=steps,
+                          observation="Done.", score=20.0, admissible=(0, 1, 2), segments=((0, 3),), segment=(0, 3),
+                          restore_point=1)
+    return render_decision(kind, ctx, max_steps=2)  # type: ignore[arg-type]
+
+
+ANSWERS = {  # decision type: (rendered kind, chosen, rejected)
+    "review": ("review", '{"decision": "recover", "reason": "lost"}', '{"decision": "continue", "reason": ""}'),
+    "locate": ("locate_fine", '{"step": 1}', '{"step": 2}'),
+    "reflect": ("reflect", '{"env_knowledge": [], "milestones": [], "failure": null}', '{"env_knowledge": ["x"]}'),
+}
+
+
+def write_data(root: Path, n_train: int = 8, n_val: int = 4, drop: tuple[str, str] | None = None) -> Path:
+    """`<root>/<type>_sft` and `<type>_pref` DatasetDicts; `drop=(split|column, name)` breaks them."""
+    from datasets import Dataset, DatasetDict
+
+    def msg(text: str) -> list[dict[str, str]]:
+        return [{"role": "assistant", "content": text}]
+
+    for dtype, (kind, good, bad) in ANSWERS.items():
+        for fmt in ("sft", "pref"):
+            splits = {}
+            for split, n in (("train", n_train), ("validation", n_val)):
+                rows = []
+                for i in range(n):
+                    meta = {"env": "builtin", "task": "workshop-3", "decision": kind, "step": i}
+                    tail = {"completion": msg(good)} if fmt == "sft" else {"chosen": msg(good), "rejected": msg(bad)}
+                    rows.append({"prompt": _prompt(kind, i), **tail, "meta": meta})
+                ds = Dataset.from_list(rows)
+                if drop and drop[0] == "column" and drop[1] in ds.column_names:
+                    ds = ds.remove_columns(drop[1])
+                if not (drop and drop[0] == "split" and drop[1] == split):
+                    splits[split] = ds
+            DatasetDict(splits).save_to_disk(str(root / f"{dtype}_{fmt}"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_data(tmp_path_factory.mktemp("data"))
+
+
+def parse(stage: str, argv: list[str]):
+    from train import common, dpo, sft
+
+    return common.parse_train_args((sft if stage == "sft" else dpo).make_parser(), argv)
+
+
+# --- SFT --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sft_run(data: Path, tmp_path_factory: pytest.TempPathFactory):
+    """Two SFT steps at a high learning rate (LoRA B starts at zero), a checkpoint after each."""
+    from train import sft
+
+    out = tmp_path_factory.mktemp("sft") / "adapter"
+    args = parse("sft", ["--config", str(REPO / "configs/train/sft_cpu_quick.yaml"), *FAST, "--data", str(data),
+                         "--output-dir", str(out), "--max-steps", "2", "--learning_rate", "5e-2",
+                         "--per_device_train_batch_size", "4", "--eval_strategy", "steps", "--eval_steps", "2",
+                         "--save_strategy", "steps", "--save_steps", "1", "--lora_dropout", "0"])
+    trainer = sft.main(*args)
+    return out, trainer
+
+
+def test_sft_writes_adapter_with_card(sft_run) -> None:
+    out, trainer = sft_run
+    card = json.loads((out / "rir_controller.json").read_text())
+    assert card["kind"] == "controller" and card["stage"] == "sft"
+    assert card["base_model"] == "tiny-random-llama" and Path(card["base_model_path"]).is_dir()
+    assert card["decision_types"] == ["review", "locate", "reflect"]
+    assert card["prompt_format_version"] == PROMPT_FORMAT_VERSION
+    assert set(card["dataset_fingerprints"]) == {f"{t}_sft/{s}" for t in ANSWERS for s in ("train", "validation")}
+    assert {"trl", "peft", "transformers", "torch"} <= set(card["trained_with"])
+    for f in ("adapter_config.json", "adapter_model.safetensors", "tokenizer_config.json", "rir_train_config.json"):
+        assert (out / f).is_file(), f
+    logs = trainer.state.log_history
+    assert any("loss" in e for e in logs) and any("eval_loss" in e for e in logs)
+
+
+def test_sft_trains_lora_only_and_changes_outputs(sft_run) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from rir_runtime.llm import TransformersBackend
+    from rir_runtime.tuned import load_tuned_backend
+
+    out, trainer = sft_run
+    base = AutoModelForCausalLM.from_pretrained(json.loads((out / "rir_controller.json").read_text())["base_model_path"])
+    base_params = dict(base.named_parameters())
+    lora_b = 0
+    for name, param in trainer.model.named_parameters():
+        if "lora_B" in name:
+            lora_b += int(param.abs().sum() > 0)  # zero at init: nonzero means trained
+        elif "lora_" not in name:
+            key = name.replace("base_model.model.", "").replace(".base_layer", "")
+            assert torch.equal(param.detach().cpu(), base_params[key].detach()), f"base weight {key} changed"
+    assert lora_b > 0
+
+    messages = _prompt("review", 0)
+    answer = ANSWERS["review"][1]
+    tuned = load_tuned_backend(str(out), device="cpu")
+    plain = TransformersBackend("tiny-random-llama")
+    assert tuned.score(messages, [answer])[0] > plain.score(messages, [answer])[0] + 1.0
+    merged = load_tuned_backend(str(out), merge=True, device="cpu")
+    assert merged.score(messages, [answer])[0] == pytest.approx(tuned.score(messages, [answer])[0], abs=1e-2)
+    assert isinstance(tuned.generate([messages], max_new_tokens=4)[0].text, str)
+
+
+def test_sft_resumes_from_last_checkpoint(sft_run, tmp_path: Path) -> None:
+    from transformers import TrainerCallback
+
+    from train import common, sft
+
+    src, _ = sft_run
+    out = tmp_path / "adapter"
+    shutil.copytree(src, out)
+    shutil.rmtree(out / "checkpoint-2")  # as if killed after the first save
+    args = parse("sft", ["--config", str(REPO / "configs/train/sft_cpu_quick.yaml"), *FAST,
+                         "--data", _data_of(src),
+                         "--output-dir", str(out), "--max-steps", "3", "--eval_strategy", "no"])
+    trainer, _ = sft.build_trainer(*args)
+    steps: list[int] = []
+
+    class Count(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+            steps.append(state.global_step)
+
+    trainer.add_callback(Count())
+    ckpt = common.last_checkpoint(args[1])
+    assert ckpt is not None and ckpt.endswith("checkpoint-1")
+    trainer.train(resume_from_checkpoint=ckpt)
+    assert steps == [2, 3] and trainer.state.global_step == 3
+
+
+def _data_of(adapter: Path) -> str:
+    return json.loads((adapter / "rir_train_config.json").read_text())["script"]["data"]
+
+
+# --- DPO --------------------------------------------------------------------------------------
+def test_dpo_continues_the_sft_adapter(sft_run, data: Path, tmp_path: Path) -> None:
+    from rir_runtime.tuned import load_tuned_backend
+    from train import dpo
+
+    sft_out, _ = sft_run
+    out = tmp_path / "dpo"
+    args = parse("dpo", ["--config", str(REPO / "configs/train/dpo_cpu_quick.yaml"), *FAST, "--data", str(data),
+                         "--sft-adapter", str(sft_out), "--output-dir", str(out), "--max-steps", "2",
+                         "--learning_rate", "1e-2", "--eval_strategy", "steps", "--eval_steps", "2",
+                         "--decision_types", "review", "locate"])
+    trainer = dpo.main(*args)
+    card = json.loads((out / "rir_controller.json").read_text())
+    assert card["stage"] == "dpo" and card["sft_adapter"] == str(sft_out)
+    assert card["decision_types"] == ["review", "locate"]
+    assert not (out / "ref").exists()  # the frozen reference copy is not saved with the result
+    evals = [e for e in trainer.state.log_history if "eval_rewards/accuracies" in e]
+    assert evals and any("loss" in e for e in trainer.state.log_history)
+    assert "ref" in trainer.model.peft_config  # reference = frozen copy of the SFT adapter
+    load_tuned_backend(str(out), device="cpu")
+
+
+def test_dpo_rejects_an_adapter_of_another_base(sft_run, tmp_path: Path) -> None:
+    from train.dpo import check_same_base
+
+    with pytest.raises(UserInputError, match="was trained on base model '/nonexistent/base'"):
+        check_same_base({"base_model": "/nonexistent/base"}, "x", "tiny-random-llama", "/tmp")
+
+
+# --- every shipped config ----------------------------------------------------------------------
+@pytest.mark.parametrize("config", TRAIN_CONFIGS, ids=[c.stem for c in TRAIN_CONFIGS])
+def test_shipped_config_builds_and_trains_one_step(config: Path, data: Path, sft_run, tmp_path: Path) -> None:
+    """GPU configs too, on the tiny model on CPU: a typo or an incompatible option fails here."""
+    from train import dpo, sft
+
+    stage = "dpo" if config.name.startswith("dpo") else "sft"
+    extra = ["--sft-adapter", str(sft_run[0])] if stage == "dpo" else []
+    args = parse(stage, ["--config", str(config), *FAST, *extra, "--data", str(data), "--output-dir",
+                         str(tmp_path / "out"), "--max-steps", "1", "--eval_strategy", "no",
+                         "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1",
+                         "--max_train_samples", "4"])
+    trainer, card = (sft if stage == "sft" else dpo).build_trainer(*args)
+    trainer.train()
+    assert trainer.state.global_step == 1 and card["stage"] == stage
+
+
+# --- errors -----------------------------------------------------------------------------------
+def test_unknown_config_key_is_named_with_a_suggestion(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("model: tiny-random-llama\nlearning_rat: 1.0e-4\n")
+    with pytest.raises(UserInputError, match="unknown key 'learning_rat'.*Did you mean 'learning_rate'"):
+        parse("sft", ["--config", str(cfg)])
+    with pytest.raises(UserInputError, match="unknown key 'max_stepz'.*Did you mean 'max_steps'"):
+        parse("sft", ["--max_stepz", "3"])
+    script, training, _ = parse("sft", ["--config", str(REPO / "configs/train/sft_cpu_quick.yaml"),
+                                        "--output-dir", "x", "--max-steps", "7", "--model", "m", "--data", "d"])
+    assert (training.output_dir, training.max_steps, script.model, script.data) == ("x", 7, "m", "d")
+
+
+@pytest.mark.parametrize("drop, match", [
+    (("split", "validation"), "has no 'validation' split.*rir build-data"),
+    (("column", "completion"), r"lacks column\(s\) \['completion'\]"),
+])
+def test_broken_dataset_is_a_clear_error(drop, match, tmp_path: Path) -> None:
+    from train import common
+
+    root = write_data(tmp_path, n_train=2, n_val=1, drop=drop)
+    script = common.TrainScriptArguments(data=str(root))
+    with pytest.raises(UserInputError, match=match) as err:
+        common.load_datasets(script, "sft", need_eval=True)
+    assert str(root) in str(err.value)
+
+
+def test_wrong_dataset_kind_and_missing_folder(data: Path, tmp_path: Path) -> None:
+    from train import common
+
+    with pytest.raises(UserInputError, match="preference dataset.*rir train dpo"):
+        common.load_datasets(common.TrainScriptArguments(data=str(data / "review_pref")), "sft", True)
+    with pytest.raises(UserInputError, match="no dataset folder"):
+        common.load_datasets(common.TrainScriptArguments(data=str(tmp_path)), "sft", True)
+
+
+def test_lora_target_typo_lists_the_linear_layers(data: Path, tmp_path: Path) -> None:
+    from train import sft
+
+    args = parse("sft", ["--config", str(REPO / "configs/train/sft_cpu_quick.yaml"), *FAST, "--data", str(data),
+                         "--output-dir", str(tmp_path), "--lora_target_modules", "q_proj", "qkv_proj"])
+    with pytest.raises(UserInputError, match=r"\['qkv_proj'\] are not modules.*gate_proj.*q_proj"):
+        sft.build_trainer(*args)
+
+
+def test_adapter_card_checks(sft_run, tmp_path: Path) -> None:
+    from rir_runtime.tuned import read_card
+
+    src, _ = sft_run
+    bad = tmp_path / "adapter"
+    shutil.copytree(src, bad, ignore=shutil.ignore_patterns("checkpoint-*"))
+    card = json.loads((bad / "rir_controller.json").read_text())
+    (bad / "rir_controller.json").write_text(json.dumps({**card, "prompt_format_version": PROMPT_FORMAT_VERSION + 1}))
+    with pytest.raises(UserInputError, match=f"version {PROMPT_FORMAT_VERSION + 1}.*version {PROMPT_FORMAT_VERSION}"):
+        read_card(bad)
+    (bad / "rir_controller.json").write_text(json.dumps({**card, "kind": "policy"}))
+    with pytest.raises(UserInputError, match="is a policy adapter.*--policy llm:"):
+        read_card(bad)
+    (bad / "rir_controller.json").unlink()
+    with pytest.raises(UserInputError, match="no rir_controller.json"):
+        read_card(bad)
+
+
+def test_out_of_memory_says_what_to_reduce() -> None:
+    from types import SimpleNamespace
+
+    from train.common import TrainingResourceError, oom_advice
+
+    args = SimpleNamespace(per_device_train_batch_size=8, gradient_accumulation_steps=2, max_length=2048,
+                           gradient_checkpointing=False)
+    with pytest.raises(TrainingResourceError, match="per_device_train_batch_size=8.*effective batch of 16.*max_length"):
+        with oom_advice(args):
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    with pytest.raises(RuntimeError, match="other"), oom_advice(args):
+        raise RuntimeError("other")
+
+
+def test_cli_passes_flags_to_the_stage_parser(tmp_path: Path) -> None:
+    import argparse
+
+    from train.cli import add_train_commands, cmd_train, split_launcher
+
+    parser = argparse.ArgumentParser(prog="rir")
+    add_train_commands(parser.add_subparsers(dest="command"))
+    ns = parser.parse_args(["train", "sft", "--config", "c.yaml", "--max-steps", "3", "-h"])
+    assert ns.handler is cmd_train and ns.argv == ["--config", "c.yaml", "--max-steps", "3", "-h"]
+    assert split_launcher(["--launcher", "accelerate", "--accelerate-config=a.yaml", "--max-steps", "3"]) == (
+        "accelerate", "a.yaml", ["--max-steps", "3"])
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("lora_rr: 8\n")
+    with pytest.raises(UserInputError, match="Did you mean 'lora_r'"):
+        cmd_train(parser.parse_args(["train", "dpo", "--config", str(cfg)]))
