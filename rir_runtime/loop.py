@@ -211,6 +211,8 @@ class EpisodeRunner:
 
     def _where(self, ep: Episode, target: int | None) -> int | None:
         admissible = ep.store.admissible()
+        if ep.done:  # a finished state (final response) is no place to resume from
+            admissible = [i for i in admissible if i < ep.t]
         if not admissible:
             ep.log("locate", error="no admissible checkpoint")
             return None
@@ -228,7 +230,7 @@ class EpisodeRunner:
         mode = self.preset.localisation
         if mode == "fine":
             segs = ((0, max(admissible) + 1),)
-        ctx = self._context(ep, "locate", segments=segs)
+        ctx = replace(self._context(ep, "locate", segments=segs), admissible=tuple(admissible))
         seg_index = 0
         if len(segs) > 1:
             coarse = self._decide(ep, "locate_coarse", ctx)

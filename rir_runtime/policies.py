@@ -111,6 +111,20 @@ class NoisyExpertPolicy:
 
 
 # --- the LLM policy --------------------------------------------------------------------------------
+MAX_LISTED_ACTIONS = 40  # ScienceWorld offers ~900 valid actions: beyond this, none are listed or ranked
+
+
+def agent_prompt(objective: str, memory: str, history: tuple[Step, ...], observation: str,
+                 actions: list[str]) -> list[dict[str, str]]:
+    """The LLM policy's prompt. Behaviour-cloning data is rendered by this same function."""
+    listed = actions if len(actions) <= MAX_LISTED_ACTIONS else []
+    messages = render_agent(objective, memory, history, observation, listed)
+    if not listed:
+        note = f"({len(actions)} valid actions; answer with one of them)"
+        messages[-1]["content"] = messages[-1]["content"].replace("Valid actions: ", f"Valid actions: {note}")
+    return messages
+
+
 _ACTION_LINE = re.compile(r"action\s*:\s*(.+)", re.IGNORECASE)
 
 
@@ -147,10 +161,10 @@ class LLMPolicy:
         self.backend, self.mode, self.name = backend, mode, name
 
     def act(self, ctx: AgentContext) -> AgentAction:
-        messages = render_agent(ctx.objective, ctx.memory.render(), ctx.history, ctx.observation, ctx.actions)
+        messages = agent_prompt(ctx.objective, ctx.memory.render(), ctx.history, ctx.observation, ctx.actions)
         if not ctx.actions:
             return AgentAction("respond", "no valid actions")
-        if self.mode == "rank":
+        if self.mode == "rank" and len(ctx.actions) <= MAX_LISTED_ACTIONS:
             scores = self.backend.score(messages, [f"Action: {a}" for a in ctx.actions])  # type: ignore[attr-defined]
             best = max(range(len(ctx.actions)), key=lambda i: scores[i])
             tokens = sum(len(m["content"]) for m in messages) // 4  # scoring reports no usage; estimate

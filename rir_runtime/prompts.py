@@ -133,10 +133,11 @@ SYSTEM_AGENT = (
 
 
 def render_agent(
-    objective: str, memory: str, history: tuple[Step, ...], observation: str, actions: list[str], max_steps: int = 8
+    objective: str, memory: str, history: tuple[Step, ...], observation: str, actions: list[str], max_steps: int = 10
 ) -> Messages:
-    """The LLM policy's prompt: objective, memory block, recent history, observation, valid actions."""
-    recent = history_lines(history[-max_steps:], max_steps=max_steps, keep_first=0)
+    """The LLM policy's prompt: objective, memory block, history (first steps and the latest ones),
+    observation, valid actions."""
+    recent = history_lines(history, max_steps=max_steps, keep_first=2)
     parts = [f"Task: {objective}"]
     if memory:
         parts.append(f"Lessons from earlier attempts:\n{memory}")

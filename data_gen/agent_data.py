@@ -1,0 +1,123 @@
+"""Behaviour-cloning data for the base agent: expert trajectories rendered in the LLM policy's prompt.
+
+    rir train agent-sft --config configs/train/agent_sft_cpu.yaml     # builds this data, then trains
+
+Each row is one decision of the environment's expert (TextWorld `policy_commands`, ScienceWorld
+gold paths, the workshop planner) on a **train** variation, rendered by `render_agent`, the very
+function `LLMPolicy` calls at inference, with the completion `Action: <expert action>`. A share
+of episodes take one deliberate detour first (an error-injected action), so the agent also sees
+states off the expert path and learns to get back on it. Test variations are refused.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rir_runtime.envs import TaskSpec, make_env, parse_variations, resolve_tasks
+from rir_runtime.envs.checkpoints import Step
+from rir_runtime.errors import UserInputError
+from rir_runtime.memory import ReflectionMemory
+from rir_runtime.policies import NoisyExpertPolicy, agent_prompt
+
+
+@dataclass
+class AgentDataSource:
+    """Expert episodes from one benchmark: train variations only."""
+
+    env: str = "builtin"
+    tasks: list[str] = field(default_factory=list)
+    split: str = "train"
+    variations: str = "0-19"
+
+
+@dataclass
+class AgentDataConfig:
+    sources: list[AgentDataSource] = field(default_factory=lambda: [AgentDataSource()])
+    out: str = "data/agent"
+    detour_share: float = 0.3
+    max_steps: int = 60
+    val_fraction: float = 0.15
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for source in self.sources:
+            guard_split(source.split)
+        if not 0.0 <= self.detour_share <= 1.0:
+            raise ValueError("detour_share must be within [0, 1]")
+
+
+def guard_split(split: str) -> None:
+    """The agent is trained on train variations only; dev tunes, test is for final numbers."""
+    if split != "train":
+        raise UserInputError(f"agent SFT data must come from the train split, not '{split}': dev and test variations "
+                             "are held out for tuning and final numbers")
+
+
+def expert_episode(env: Any, task: TaskSpec, detour_at: int | None, max_steps: int, rng: random.Random) -> list[dict]:
+    """Rows of one expert episode; with `detour_at`, one plausible wrong action is taken there first
+    (and not trained on), after which the expert plans again from the new state."""
+    obs = env.reset(task)
+    history: tuple[Step, ...] = ()
+    memory = ReflectionMemory(objective=obs.objective)
+    observation, rows = obs.text, []
+    for t in range(max_steps):
+        plan = env.expert_actions()
+        if not plan:
+            break
+        actions = env.admissible_actions()
+        if t == detour_at:
+            wrong = NoisyExpertPolicy._mistake(plan[0], actions, task.key, str(rng.random()))
+            if wrong:
+                result = env.step(wrong)
+                history += (Step(len(history), wrong, result.observation, result.score, result.won, result.lost),)
+                observation = result.observation
+                if result.done or not env.expert_actions():
+                    break  # an unrecoverable detour teaches nothing about getting back on track
+                continue
+        prompt = agent_prompt(obs.objective, memory.render(), history, observation, actions)
+        rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": f"Action: {plan[0]}"}],
+                     "meta": {"env": task.env, "task": task.task, "split": task.split, "variation": task.variation,
+                              "step": len(history), "detour": detour_at is not None, "label": plan[0]}})
+        result = env.step(plan[0])
+        history += (Step(len(history), plan[0], result.observation, result.score, result.won, result.lost),)
+        observation = result.observation
+        if result.done:
+            break
+    return rows
+
+
+def build_agent_data(cfg: AgentDataConfig) -> dict[str, int]:
+    """Write a `DatasetDict` (train/validation split by variation) with a dataset card."""
+    from datasets import Dataset, DatasetDict
+    from tqdm import tqdm
+
+    rng = random.Random(cfg.seed)
+    train, validation = [], []
+    for source in cfg.sources:
+        guard_split(source.split)
+        env = make_env(source.env)
+        try:
+            specs = resolve_tasks(env, source.tasks or None, source.split, parse_variations(source.variations))
+            held_out = {s.key for s in specs[:: max(2, round(1 / cfg.val_fraction))]} if len(specs) > 1 else set()
+            for spec in tqdm(specs, desc=f"expert episodes ({source.env})", file=sys.stderr, mininterval=2.0):
+                detour = rng.randrange(1, 8) if rng.random() < cfg.detour_share else None
+                rows = expert_episode(env, spec, detour, cfg.max_steps, rng)
+                (validation if spec.key in held_out else train).extend(rows)
+        finally:
+            env.close()
+    if not train:
+        raise UserInputError("no expert steps were produced: check the sources' tasks and variations")
+    out = Path(cfg.out)
+    splits = {"train": train, "validation": validation}
+    DatasetDict({k: Dataset.from_list(v) for k, v in splits.items() if v}).save_to_disk(str(out / "agent_sft"))
+    card = ["# agent_sft", "", "Behaviour-cloning rows: expert actions rendered in the LLM policy's prompt "
+            "(`rir_runtime.policies.agent_prompt`). Train split variations only; validation holds other "
+            "variations.", "", "| split | rows | with a detour before |", "| --- | ---: | ---: |"]
+    card += [f"| {k} | {len(v)} | {sum(r['meta']['detour'] for r in v)} |" for k, v in splits.items()]
+    card += ["", f"Config: `{asdict(cfg)}`", ""]
+    (out / "agent_sft" / "README.md").write_text("\n".join(card))
+    return {k: len(v) for k, v in splits.items()}
