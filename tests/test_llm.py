@@ -47,7 +47,7 @@ def test_tiny_builds_saves_and_reloads(tmp_path: Path) -> None:
     tok.save_pretrained(tmp_path / "copy")
     again, tok2 = load_model_and_tokenizer(str(tmp_path / "copy"))
     assert resolve_model(str(tmp_path / "copy")).kind == "folder"
-    assert all((a == b).all() for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    assert all((a == b).all() for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True))
     assert tok2.chat_template == tok.chat_template
     assert (TINY, "tiny") in [(m.name, m.kind) for m in list_models()]
 
@@ -61,11 +61,12 @@ def test_batched_generation_equals_single(tiny: TransformersBackend) -> None:
 
 
 def test_stop_strings_truncate(tiny: TransformersBackend) -> None:
-    full = tiny.generate(PROMPTS[:1], max_new_tokens=16)[0]
-    stop = next(ch for ch in full.text[1:-2] if ch.isascii() and ch.isalnum())  # a random model's text is junk
-    cut = tiny.generate(PROMPTS[:1], max_new_tokens=16, stop=[stop, "never"])[0]
-    assert cut.text == full.text[: full.text.find(stop)]
-    assert cut.completion_tokens < full.completion_tokens  # generation itself stopped early
+    full = tiny.generate(PROMPTS, max_new_tokens=16)
+    stop = next(ch for ch in full[0].text[1:-2] if ch.isascii() and ch.isalnum())  # a random model's text is junk
+    cut = tiny.generate(PROMPTS, max_new_tokens=16, stop=[stop, "never"])  # batched: early rows get padded
+    for c, f in zip(cut, full, strict=True):
+        assert c.text == truncate_at_stop(f.text, [stop])
+    assert cut[0].completion_tokens < full[0].completion_tokens  # generation itself stopped, pads not counted
     assert truncate_at_stop("a\nb. c", ["x", ".", "\n"]) == "a"
 
 
@@ -75,13 +76,16 @@ def test_score_ranks_and_matches_single(tiny: TransformersBackend) -> None:
     batched = tiny.score(prompt, conts)
     single = [tiny.score(prompt, [c])[0] for c in conts]
     assert batched == pytest.approx(single, abs=1e-3)
+    assert tiny._prefix_cache_ok  # the shared-prompt KV-cache path ran, and agrees with the plain one
+    tails = [tiny.tokenizer(c, add_special_tokens=False)["input_ids"] for c in conts]
+    assert batched == pytest.approx(tiny._score_plain(tiny._encode(prompt), tails), abs=1e-3)
     assert all(s < 0 for s in batched)
     assert batched[1] < batched[0]  # more tokens of a random model: lower likelihood
     # reference: one unpadded full-logits forward pass per continuation
     import torch
 
     head = tiny._encode(prompt)
-    for cont, got in zip(conts, batched):
+    for cont, got in zip(conts, batched, strict=True):
         tail = tiny.tokenizer(cont, add_special_tokens=False)["input_ids"]
         with torch.no_grad():
             logp = torch.log_softmax(tiny.model(torch.tensor([head + tail])).logits[0].float(), -1)

@@ -15,12 +15,14 @@ from rir_runtime.llm.registry import (
     cache_root,
     list_models,
     load_model_and_tokenizer,
+    load_tokenizer,
+    local_path,
     prepare_model,
     resolve_model,
 )
 
 __all__ = [
     "MODELS", "Backend", "Completion", "ModelInfo", "ModelSpec", "OpenAIBackend", "TransformersBackend",
-    "cache_root", "list_models", "load_model_and_tokenizer", "make_backend", "prepare_model", "resolve_model",
-    "truncate_at_stop",
+    "cache_root", "list_models", "load_model_and_tokenizer", "load_tokenizer", "local_path", "make_backend",
+    "prepare_model", "resolve_model", "truncate_at_stop",
 ]

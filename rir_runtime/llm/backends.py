@@ -13,12 +13,12 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol, Union, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from rir_runtime.errors import ModelLoadError, RIRError
 
 Messages = list[dict[str, str]]
-Prompt = Union[Messages, str]
+Prompt = Messages | str
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,18 @@ class TransformersBackend:
     """A local causal LM: many prompts per `generate` call, left padding, greedy at temperature 0."""
 
     supports_scoring = True
+    # Class-level defaults: subclasses that load their own model (tuned adapters) skip __init__.
+    _stop_strings_ok = True
+    _prefix_cache_ok = True
 
     def __init__(self, model_name_or_path: str, dtype: Any = "auto", device: str = "cpu",
-                 max_batch_size: int = 16) -> None:
+                 max_batch_size: int = 16, num_threads: int | None = None) -> None:
         from rir_runtime.llm.registry import load_model_and_tokenizer
+
+        if num_threads:  # process-wide; 1 per worker avoids OpenMP spin-wait collapse on a busy CPU
+            import torch
+
+            torch.set_num_threads(num_threads)
 
         self.model, self.tokenizer = load_model_and_tokenizer(model_name_or_path, dtype=dtype, device=device)
         if self.tokenizer.pad_token_id is None:
@@ -64,8 +72,6 @@ class TransformersBackend:
         self.tokenizer.padding_side = "left"
         self.device, self.max_batch_size = device, max(1, max_batch_size)
         self.name = f"transformers:{model_name_or_path}"
-        self._stop_strings_ok = True
-        self._prefix_cache_ok = True
 
     def _encode(self, prompt: Prompt) -> list[int]:
         """Chat messages through the chat template (which adds BOS itself); raw text with specials."""
@@ -92,7 +98,7 @@ class TransformersBackend:
         for start in range(0, len(order), self.max_batch_size):
             chunk = order[start: start + self.max_batch_size]
             for i, completion in zip(chunk, self._generate_batch([encoded[i] for i in chunk], max_new_tokens,
-                                                                 stop, temperature)):
+                                                                 stop, temperature), strict=True):
                 results[i] = completion
         return [results[i] for i in range(len(prompts))]
 
@@ -119,8 +125,12 @@ class TransformersBackend:
         eos = self.model.generation_config.eos_token_id
         eos_ids = set([eos] if isinstance(eos, int) else (eos or [])) | {self.tokenizer.eos_token_id}
         completions = []
-        for row, new in zip(rows, out[:, ids.shape[1]:].tolist()):
-            n = next((k + 1 for k, t in enumerate(new) if t in eos_ids), len(new))  # after EOS is padding
+        for row, new in zip(rows, out[:, ids.shape[1]:].tolist(), strict=True):
+            n = next((k + 1 for k, t in enumerate(new) if t in eos_ids), None)  # after EOS is padding
+            if n is None:  # stopped by a stop string (then padded while the batch went on) or by length
+                n = len(new)
+                while n and new[n - 1] == self.tokenizer.pad_token_id:
+                    n -= 1
             text = self.tokenizer.decode(new[:n], skip_special_tokens=True)
             completions.append(Completion(truncate_at_stop(text, stop), len(row), n))
         return completions
@@ -150,8 +160,10 @@ class TransformersBackend:
             first = self.model(input_ids=torch.tensor([head], device=self.device), use_cache=True, logits_to_keep=1)
             first_lp = torch.log_softmax(first.logits[0, -1].float(), dim=-1)
             # transformers 5.x renamed `past_key_values` to `cache` (old name deprecated until 5.40)
-            cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-            prefix = getattr(first, "cache", None) or first.past_key_values
+            inner = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model  # PEFT
+            cache_kw = "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+            prefix = getattr(first, "cache", None)
+            prefix = first.past_key_values if prefix is None else prefix
             scores: list[float] = []
             for start in range(0, len(tails), self.max_batch_size):
                 chunk = tails[start: start + self.max_batch_size]

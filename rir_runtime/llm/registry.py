@@ -16,11 +16,11 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 from rir_runtime.errors import ModelLoadError
 
@@ -302,6 +302,19 @@ def load_model_and_tokenizer(name: str, dtype: Any = "auto", device: str = "cpu"
             raise _corrupt(spec.name, Path(where), reason) from None
         raise ModelLoadError(f"cannot load model folder {where}: {reason}") from None
     return model.to(device).eval(), tokenizer
+
+
+def load_tokenizer(name: str) -> Any:
+    """Only the tokenizer (token counting, dataset building): no weights are loaded."""
+    from transformers import AutoTokenizer
+
+    spec = resolve_model(name)
+    where = local_path(name) if spec.kind != "adapter" else Path(spec.source)
+    try:
+        return AutoTokenizer.from_pretrained(str(where))
+    except Exception as exc:  # noqa: BLE001
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200].rstrip(".")
+        raise ModelLoadError(f"cannot load the tokenizer of model '{name}': {reason}") from None
 
 
 def _load_adapter(spec: ModelSpec, dtype: Any, device: str) -> tuple[Any, Any]:
