@@ -5,6 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # Caches (converted models, generated TextWorld games) live in the project unless RIR_CACHE_DIR is set.
 export RIR_CACHE_DIR ?= $(CURDIR)/.cache/rir
+# Idle OpenMP threads spin by default; on a small shared CPU that makes 2 threads slower than 1.
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: install test test-fast demo lint clean
 

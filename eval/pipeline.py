@@ -200,6 +200,19 @@ def headline(specs: list[str], evals: list[dict[str, Any]]) -> list[str]:
     return [line] + ([f"Others: {', '.join(others)}."] if others else [])
 
 
+def benchmark_table(envs: list[str], evals: list[dict[str, Any]]) -> str:
+    """Methods as rows, benchmarks as columns: success rate (agent calls per episode)."""
+    methods = sorted({m for s in evals for m in s.get("methods", {})})
+    rows = ["| method | " + " | ".join(envs) + " |", "| --- |" + " ---: |" * len(envs)]
+    for m in methods:
+        cells = []
+        for s in evals:
+            x = s.get("methods", {}).get(m)
+            cells.append(f"{x['success_rate']:.1%} ({x['agent_calls']:.1f})" if x else "-")
+        rows.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def final_report(cfg: PipelineConfig, specs: list[str], ce_dir: Path, eval_dirs: list[Path],
                  timings: dict[str, float], wall_s: float) -> str:
     from eval.report import table
@@ -208,6 +221,8 @@ def final_report(cfg: PipelineConfig, specs: list[str], ce_dir: Path, eval_dirs:
     lines = ["# RIR pipeline report", ""] + headline(specs, evals) + [
         "", f"Base model `{cfg.base_model}`, policy `{cfg.policy}` (error rate {cfg.error_rate}), "
         f"budgets B_agent={cfg.budget_agent}, B_rb={cfg.budget_rollback}; pipeline wall time {wall_s:.0f}s.", ""]
+    if len(evals) > 1:
+        lines += ["## Main table (test split)", "", benchmark_table([s.env for s in cfg.suites], evals), ""]
     for suite, d, summary in zip(cfg.suites, eval_dirs, evals):
         lines += [f"## Test split: {suite.env} (variations {suite.test_variations})", "", table(summary), "",
                   f"Details: `{d / 'report.md'}`", ""]

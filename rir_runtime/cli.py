@@ -7,6 +7,7 @@ instant. Every error raised on purpose (`RIRError`) becomes one line on stderr a
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -202,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Idle OpenMP threads spin by default; on a small shared CPU that makes 2 threads slower than 1.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
