@@ -185,19 +185,47 @@ class OracleController(HeuristicController):
 
 
 # --- prompted (and tuned) --------------------------------------------------------------------------
+def candidates(kind: DecisionKind, ctx: DecisionContext) -> list[tuple[str, object]]:
+    """The closed answer set of a review or locate decision, as JSON prefixes of the training
+    targets (`dump`), for ranking by likelihood."""
+    if kind == "review":
+        return [('{"decision": "continue"', Review("continue", "ranked by likelihood")),
+                ('{"decision": "recover"', Review("recover", "ranked by likelihood"))]
+    if kind == "locate_coarse":
+        return [(f'{{"segment": {i}}}', i) for i in range(len(ctx.segments))]
+    a, b = ctx.segment or (0, len(ctx.history) + 1)
+    inside = [i for i in ctx.admissible if a <= i < b] or list(ctx.admissible)
+    return [(f'{{"step": {i}}}', i) for i in inside]
+
+
 class PromptedController:
-    """Any model through a backend; the same renderer builds the training data."""
+    """Any model through a backend; the same renderer builds the training data.
+
+    With `rank=True` (the default when the backend can score) review and locate decisions pick
+    the most likely answer of their closed set in one scored forward pass, so a small model never
+    produces an unparseable verdict and a CPU spends one prefill per decision instead of a
+    decoding loop. Reflections are always generated (open text), parsed, retried once.
+    """
 
     uses_model = True
 
-    def __init__(self, backend: object, name: str, max_new_tokens: int = 160, max_prompt_tokens: int = 2048) -> None:
+    def __init__(self, backend: object, name: str, max_new_tokens: int = 160, max_prompt_tokens: int = 2048,
+                 rank: bool | None = None) -> None:
         self.backend = backend
         self.name = name
         self.max_new_tokens = max_new_tokens
         self.max_prompt_tokens = max_prompt_tokens
+        self.rank = getattr(backend, "supports_scoring", False) if rank is None else rank
 
     def _ask(self, kind: DecisionKind, ctx: DecisionContext) -> Decision:
         messages = fit_decision(kind, ctx, self.max_prompt_tokens)
+        if self.rank and kind != "reflect":
+            options = candidates(kind, ctx)
+            if options:
+                scores = self.backend.score(messages, [text for text, _ in options])  # type: ignore[attr-defined]
+                best = max(range(len(options)), key=lambda i: scores[i])
+                prompt_tokens = sum(len(m["content"]) for m in messages) // 4  # scoring reports no usage
+                return Decision(kind, options[best][1], options[best][0], 0, 1, prompt_tokens, 0, {"ranked": True})
         calls = failures = p_tok = c_tok = 0
         raw = ""
         for _attempt in range(2):

@@ -302,3 +302,30 @@ def test_bad_selection_is_rejected() -> None:
     with pytest.raises(UserInputError, match="policy"):
         build_config(SelectionConfig, {"policy": "gpt"})
     assert replace(SelectionConfig(), budget_agent=0).budget_agent == 0
+
+
+class RankingBackend:
+    """Scores continuations by a fixed preference: a narrow stand-in for a model's likelihoods."""
+
+    supports_scoring = True
+
+    def __init__(self, prefer: str) -> None:
+        self.prefer, self.scored = prefer, []
+
+    def score(self, prompt, continuations):
+        self.scored.append(continuations)
+        return [1.0 if self.prefer in c else 0.0 for c in continuations]
+
+    def generate(self, prompts, **kwargs):
+        return [FakeCompletion('{"env_knowledge": [], "milestones": [], "failure": null}') for _ in prompts]
+
+
+def test_ranked_decisions_choose_within_the_closed_set() -> None:
+    backend = RankingBackend('"recover"')
+    ctrl = PromptedController(backend, "prompted:rank")
+    task, err = silent_error_tasks()[0]
+    r = run("rir", task, ctrl, Budgets(agent=60, rollback=1))
+    assert events(r, "review")[0]["decision"] == "recover" and r["parse_failures"] == 0
+    assert ['{"decision": "continue"', '{"decision": "recover"'] in backend.scored
+    fine = [c for c in backend.scored if c[0].startswith('{"step"')]
+    assert fine and all(c.startswith('{"step": ') for c in fine[0])
