@@ -148,7 +148,7 @@ def retry_success(env: Env, label: Label, reflection: Reflection, retries: int, 
         policy = NoisyExpertPolicy(env, error_rate, seed=1000 + k)
         h, obs = history, snaps[r].observation
         for _ in range(max_steps):
-            act = policy.act(AgentContext(point.task.key, "", memory, h, obs, env.admissible_actions()))
+            act = policy.act(AgentContext(point.task.key, "", memory, h, obs, env.admissible_actions))
             if act.kind != "task":
                 break
             res = env.step(act.text)

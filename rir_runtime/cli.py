@@ -187,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _stage(sub, "eval-controller", "offline decision quality of controllers on held-out labelled datasets",
            ControllerEvalConfig, cmd_eval_controller)
+    from train.cli import add_train_commands
+
+    add_train_commands(sub)
     from eval.pipeline import PipelineConfig
 
     _stage(sub, "pipeline", "every stage end to end (rollouts, labels, datasets, SFT/DPO, offline and "

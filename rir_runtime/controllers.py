@@ -300,8 +300,9 @@ def make_controller(spec: str, backend_factory: Callable[[str], object] | None =
         return ExploringController(kind == "random-review", kind == "random-restore")
     if kind in ("prompted", "tuned") and arg:
         if backend_factory is None:
-            from rir_runtime.llm import make_backend as backend_factory  # type: ignore[no-redef]
-        return PromptedController(backend_factory(arg), name=spec)
+            from rir_runtime.llm.backends import make_backend as backend_factory  # type: ignore[no-redef]
+        # `tuned:<dir>` keeps its prefix: the backend factory loads base + adapter after checking its card
+        return PromptedController(backend_factory(spec if kind == "tuned" else arg), name=spec)
     raise UnknownNameError("controller", spec, list(CONTROLLER_KINDS))
 
 

@@ -119,7 +119,12 @@ def check_controller_name(spec: str) -> None:
     for part in spec.split(";"):
         name = part.split("=", 1)[-1]
         kind, _, arg = name.partition(":")
-        if kind in ("prompted", "tuned") and arg:
+        if kind == "tuned" and arg:
+            from rir_runtime.tuned import read_card
+
+            read_card(arg)  # a wrong or stale adapter fails before any episode runs
+            continue
+        if kind == "prompted" and arg:
             continue
         if kind not in ("heuristic", "oracle", "random-review", "random-restore") or arg:
             raise UnknownNameError("controller", spec, list(CONTROLLER_KINDS))

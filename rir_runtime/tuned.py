@@ -25,11 +25,13 @@ CARD = "rir_controller.json"
 KIND_USE = {
     "policy": "the agent policy: --policy llm:{dir}",
     "agent": "the agent policy: --policy llm:{dir}",
+    "controller": "a recovery controller: --controller tuned:{dir}",
 }
 
 
-def read_card(adapter_dir: str | Path) -> dict[str, Any]:
-    """The adapter's `rir_controller.json`, validated: a controller adapter with our prompt format."""
+def read_card(adapter_dir: str | Path, expect: str = "controller") -> dict[str, Any]:
+    """The adapter's `rir_controller.json`, validated: an adapter of the `expect`ed kind (controller or
+    agent) with our prompt format."""
     folder = Path(adapter_dir).expanduser()
     if not folder.is_dir():
         raise UserInputError(f"adapter folder {folder} does not exist: pass the --output-dir of `rir train sft|dpo`")
@@ -44,9 +46,9 @@ def read_card(adapter_dir: str | Path) -> dict[str, Any]:
     except ValueError as err:
         raise UserInputError(f"{path} is not valid JSON ({err}): retrain the adapter or restore the file") from None
     kind = card.get("kind")
-    if kind != "controller":
-        use = KIND_USE.get(str(kind), "whatever stage produced it, not as a controller").format(dir=folder)
-        raise UserInputError(f"{folder} is a {kind} adapter, not a controller adapter; use it as {use} instead")
+    if kind != expect:
+        use = KIND_USE.get(str(kind), f"whatever stage produced it, not as a {expect}").format(dir=folder)
+        raise UserInputError(f"{folder} is a {kind} adapter, not a {expect} adapter; use it as {use} instead")
     version = card.get("prompt_format_version")
     if version != PROMPT_FORMAT_VERSION:
         raise UserInputError(
@@ -75,13 +77,13 @@ def base_model_location(card: dict[str, Any]) -> str:
 
 
 def load_tuned_model(adapter_dir: str | Path, merge: bool = False, device: str = "cpu",
-                     dtype: Any = "auto") -> tuple[Any, Any, dict[str, Any]]:
+                     dtype: Any = "auto", expect: str = "controller") -> tuple[Any, Any, dict[str, Any]]:
     """(model in eval mode, tokenizer, card): the base model with the adapter applied (or merged)."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    card = read_card(adapter_dir)
+    card = read_card(adapter_dir, expect)
     folder = Path(adapter_dir).expanduser()
     where = base_model_location(card)
     if dtype in (None, "auto"):
@@ -105,7 +107,8 @@ def load_tuned_model(adapter_dir: str | Path, merge: bool = False, device: str =
 
 
 def load_tuned_backend(adapter_dir: str, merge: bool = False, device: str | None = None, dtype: Any = "auto",
-                       max_batch_size: int = 16) -> TunedBackend:
+                       max_batch_size: int = 16, num_threads: int | None = None,
+                       expect: str = "controller") -> TunedBackend:
     """A `TransformersBackend` (`generate`, `score`) serving base model + adapter.
 
     The controller passes chat messages; the backend applies the tokenizer's chat template, so the
@@ -114,9 +117,11 @@ def load_tuned_backend(adapter_dir: str, merge: bool = False, device: str | None
     """
     import torch
 
+    if num_threads:  # as TransformersBackend: process-wide
+        torch.set_num_threads(num_threads)
     adapter_dir = adapter_dir.removeprefix("tuned:")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model, tokenizer, card = load_tuned_model(adapter_dir, merge=merge, device=device, dtype=dtype)
+    model, tokenizer, card = load_tuned_model(adapter_dir, merge=merge, device=device, dtype=dtype, expect=expect)
     backend = TunedBackend(model, tokenizer, f"tuned:{adapter_dir}", device, max_batch_size)
     backend.card = card
     return backend

@@ -125,7 +125,8 @@ def test_sft_trains_lora_only_and_changes_outputs(sft_run) -> None:
     from rir_runtime.tuned import load_tuned_backend
 
     out, trainer = sft_run
-    base = AutoModelForCausalLM.from_pretrained(json.loads((out / "rir_controller.json").read_text())["base_model_path"])
+    card = json.loads((out / "rir_controller.json").read_text())
+    base = AutoModelForCausalLM.from_pretrained(card["base_model_path"])
     base_params = dict(base.named_parameters())
     lora_b = 0
     for name, param in trainer.model.named_parameters():

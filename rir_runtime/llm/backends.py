@@ -268,8 +268,10 @@ def make_backend(spec: str, **kwargs: Any) -> Backend:
     - `openai:<model>@<base_url>`, e.g. `openai:Qwen/Qwen2.5-7B-Instruct@http://localhost:8000/v1`
       (`/v1` is appended when missing; the API key, if any, is read from $OPENAI_API_KEY);
       `openai:<model>` alone uses $OPENAI_BASE_URL, else https://api.openai.com/v1.
-    - `transformers:<name>` or just `<name>`: a registered model, a local folder or a hub id, run
-      in-process (kwargs: dtype, device, max_batch_size).
+    - `tuned:<adapter-folder>`: a controller adapter from `rir train sft|dpo` over its base model.
+    - `transformers:<name>` or just `<name>`: a registered model, a local folder (an agent adapter
+      from `rir train agent-sft` included) or a hub id, run in-process (kwargs: dtype, device,
+      max_batch_size).
     """
     if spec.startswith("openai:"):
         rest = spec[len("openai:"):]
@@ -279,6 +281,14 @@ def make_backend(spec: str, **kwargs: Any) -> Backend:
         if not model:
             raise ModelLoadError(f"backend spec '{spec}' names no model: use openai:<model>@<base_url>")
         return OpenAIBackend(base, model, **kwargs)
+    if spec.startswith("tuned:"):  # a controller adapter (base model + LoRA), checked by its card
+        from rir_runtime.tuned import load_tuned_backend
+
+        return load_tuned_backend(spec, **kwargs)
     if spec.startswith("transformers:"):
         spec = spec[len("transformers:"):]
+    if os.path.isfile(os.path.join(os.path.expanduser(spec), "rir_controller.json")):  # an agent adapter as policy
+        from rir_runtime.tuned import load_tuned_backend
+
+        return load_tuned_backend(spec, expect="agent", **kwargs)
     return TransformersBackend(spec, **kwargs)

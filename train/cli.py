@@ -1,0 +1,78 @@
+"""`rir train sft|dpo`: the training stages as subcommands of the `rir` CLI.
+
+    rir train sft --config configs/train/sft_cpu_quick.yaml --data /tmp/traindata --max-steps 20
+    rir train dpo --config configs/train/dpo_cpu_quick.yaml --sft-adapter runs/sft-cpu-quick
+    rir train sft --launcher accelerate --accelerate-config configs/accelerate/multi_gpu.yaml \
+        --config configs/train/sft_qwen2.5-0.5b.yaml
+    rir train sft --help        # every key: ours, TRL's SFTConfig and ModelConfig
+
+Everything after the stage goes to the stage's `TrlParser` (the same keys as the YAML; flags
+override it). `--launcher accelerate` relaunches `python -m train.<stage>` through `accelerate
+launch --config_file <accelerate-config>` (one process per GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from rir_runtime.errors import UserInputError
+
+STAGES = {"sft": "supervised fine-tuning of a controller LoRA adapter on the *_sft datasets",
+          "dpo": "preference tuning (DPO) of a controller adapter on the *_pref datasets, from an SFT adapter"}
+LAUNCHERS = ("python", "accelerate")
+DEFAULT_ACCELERATE_CONFIG = "configs/accelerate/single_gpu.yaml"
+
+
+def add_train_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add `train sft` and `train dpo` to the `rir` parser (handlers return an exit code)."""
+    train = subparsers.add_parser("train", help="train a controller LoRA adapter (TRL SFT or DPO, PEFT)",
+                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    stages = train.add_subparsers(dest="train_stage", required=True, metavar="STAGE")
+    for stage, help_text in STAGES.items():
+        # prefix_chars="+": every dashed argument (also -h) is left to the stage's TrlParser.
+        p = stages.add_parser(stage, help=help_text, add_help=False, prefix_chars="+")
+        p.add_argument("argv", nargs=argparse.REMAINDER)
+        p.set_defaults(handler=cmd_train, train_stage=stage)
+
+
+def split_launcher(argv: list[str]) -> tuple[str, str, list[str]]:
+    """(launcher, accelerate config, the rest) from `--launcher X --accelerate-config Y ...`."""
+    launcher, acc_config, rest = "python", DEFAULT_ACCELERATE_CONFIG, []
+    it = iter(argv)
+    for arg in it:
+        key, eq, value = arg.partition("=")
+        if key in ("--launcher", "--accelerate-config", "--accelerate_config"):
+            value = value if eq else next(it, "")
+            if key == "--launcher":
+                if value not in LAUNCHERS:
+                    raise UserInputError(f"--launcher '{value}' unknown: choose {' or '.join(LAUNCHERS)}")
+                launcher = value
+            else:
+                acc_config = value
+        else:
+            rest.append(arg)
+    return launcher, acc_config, rest
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    stage = args.train_stage
+    launcher, acc_config, argv = split_launcher(list(args.argv))
+    if launcher == "accelerate":
+        if not Path(acc_config).is_file():
+            raise UserInputError(f"accelerate config {acc_config} does not exist: pass --accelerate-config "
+                                 "configs/accelerate/<single_gpu|multi_gpu|fsdp|deepspeed_zero2>.yaml")
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", acc_config,
+               "-m", f"train.{stage}", *argv]
+        print("launching:", " ".join(cmd), file=sys.stderr)
+        return subprocess.call(cmd)
+    from train.common import parse_train_args
+
+    if stage == "sft":
+        from train.sft import main, make_parser
+    else:
+        from train.dpo import main, make_parser  # type: ignore[assignment]
+    main(*parse_train_args(make_parser(prog=f"rir train {stage}"), argv))
+    return 0

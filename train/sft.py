@@ -1,0 +1,92 @@
+"""Supervised fine-tuning of a controller LoRA adapter on the `*_sft` datasets of `rir build-data`.
+
+# CPU, a few minutes (packaged SmolLM2-135M-Instruct)
+```bash
+python -m train.sft --config configs/train/sft_cpu_quick.yaml --data /tmp/traindata --output-dir runs/sft-quick
+rir train sft --config configs/train/sft_cpu_quick.yaml --data /tmp/traindata --max-steps 20
+```
+
+# One GPU / many GPUs
+```bash
+accelerate launch --config_file configs/accelerate/single_gpu.yaml -m train.sft \
+    --config configs/train/sft_qwen2.5-0.5b.yaml --data data/controller --output-dir runs/sft-qwen0.5b
+accelerate launch --config_file configs/accelerate/multi_gpu.yaml --num_processes 8 -m train.sft \
+    --config configs/train/sft_qwen2.5-1.5b.yaml --data data/controller
+```
+
+All decision types (review, locate, reflect) are mixed into one dataset: the prompt names the
+decision ("Decision: review"), so one adapter serves all three. The loss covers the completion
+only (prompt-completion data). A rerun into the same output_dir resumes from its last checkpoint.
+The adapter folder gets the tokenizer and `rir_controller.json` (checked by `rir_runtime.tuned`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from train.common import TrainScriptArguments
+
+
+def main(script_args: TrainScriptArguments, training_args, model_args):
+    """Train and save the adapter into output_dir; returns the trainer (state, logs, model)."""
+    from train import common
+
+    trainer, card = build_trainer(script_args, training_args, model_args)
+    with common.oom_advice(training_args):
+        trainer.train(resume_from_checkpoint=common.last_checkpoint(training_args))
+
+    trainer.save_model(training_args.output_dir)  # adapter + tokenizer
+    if trainer.accelerator.is_main_process:
+        common.write_card(training_args.output_dir, **card)
+        common.write_resolved_config(training_args.output_dir, script_args, training_args, model_args)
+    trainer.accelerator.print(f"adapter saved to {training_args.output_dir}")
+    trainer.end()  # finish trackers, destroy the process group
+    return trainer
+
+
+def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
+    """(SFTTrainer with a fresh LoRA adapter, the adapter card's fields)."""
+    from trl import SFTTrainer, get_peft_config
+
+    from train import common
+
+    base_name, base_path = common.resolve_base(script_args, model_args)
+    tokenizer = common.load_tokenizer(base_path)
+    need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
+    train_ds, eval_ds, fingerprints, types = common.load_datasets(script_args, "sft", need_eval, training_args.seed)
+    train_ds = common.drop_overlong(train_ds, tokenizer, training_args.max_length, "train")
+    eval_ds = common.drop_overlong(eval_ds, tokenizer, training_args.max_length, "eval")
+
+    model_args.use_peft = True  # we always train a LoRA adapter; LoRA settings come from ModelConfig
+    peft_config = get_peft_config(model_args)
+    model = common.load_base_model(base_path, model_args, training_args)
+    common.check_lora_targets(model, peft_config, base_name)
+
+    trainer = SFTTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    card = dict(base_model=base_name, base_model_path=base_path, decision_types=types, fingerprints=fingerprints,
+                stage="sft")
+    return trainer, card
+
+
+def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str | None = None):
+    from trl import ModelConfig, SFTConfig, TrlParser
+
+    dataclass_types = (TrainScriptArguments, SFTConfig, ModelConfig)
+    if subparsers is not None:
+        return subparsers.add_parser("sft", help="train a controller adapter with SFT", dataclass_types=dataclass_types)
+    return TrlParser(dataclass_types, prog=prog)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from train.common import run_script
+
+    sys.exit(run_script(main, make_parser(prog="python -m train.sft")))
