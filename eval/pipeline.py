@@ -48,6 +48,7 @@ class PipelineConfig:
                                metadata={"help": "exploratory rollout controllers"})
     sft_config: str = field(default="configs/train/sft_cpu_quick.yaml", metadata={"help": "SFT YAML"})
     sft_max_steps: int = field(default=0, metadata={"help": "override the SFT config's max_steps (0: keep)"})
+    sft_max_length: int = field(default=0, metadata={"help": "override the training max_length (0: keep)"})
     dpo_config: str = field(default="", metadata={"help": "DPO YAML after SFT (empty: no DPO)"})
     dpo_max_steps: int = field(default=0, metadata={"help": "override the DPO config's max_steps (0: keep)"})
     max_prompt_tokens: int = field(default=1024, metadata={"help": "prompt bound of the datasets"})
@@ -138,15 +139,16 @@ def run_pipeline(cfg: PipelineConfig) -> Path:
         tokenizer=cfg.base_model)))
 
     sft_key = _key("sft", data_key, cfg.base_model, Path(cfg.sft_config).read_text() if Path(cfg.sft_config).exists()
-                   else cfg.sft_config, cfg.sft_max_steps)
+                   else cfg.sft_config, cfg.sft_max_steps, cfg.sft_max_length)
+    length = ["--max_length", str(cfg.sft_max_length)] if cfg.sft_max_length else []
     adapter = stages.run("sft", sft_key, lambda d: _train("sft", cfg.sft_config, d, cfg.base_model, data,
-                                                           cfg.sft_max_steps, []))
+                                                           cfg.sft_max_steps, length))
     tuned_key = sft_key
     if cfg.dpo_config:
         tuned_key = _key("dpo", sft_key, Path(cfg.dpo_config).read_text() if Path(cfg.dpo_config).exists()
                          else cfg.dpo_config, cfg.dpo_max_steps)
         adapter = stages.run("dpo", tuned_key, lambda d: _train("dpo", cfg.dpo_config, d, cfg.base_model, data,
-                                                                 cfg.dpo_max_steps, ["--sft_adapter", str(adapter)]))
+                                                                 cfg.dpo_max_steps, ["--sft_adapter", str(adapter)] + length))
 
     specs = [controller_spec(c, cfg, adapter) for c in cfg.eval_controllers]
     offline_specs = [s for s in specs if s != "oracle"]

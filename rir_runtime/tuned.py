@@ -48,7 +48,10 @@ def read_card(adapter_dir: str | Path, expect: str = "controller") -> dict[str, 
     kind = card.get("kind")
     if kind != expect:
         use = KIND_USE.get(str(kind), f"whatever stage produced it, not as a {expect}").format(dir=folder)
-        raise UserInputError(f"{folder} is a {kind} adapter, not a {expect} adapter; use it as {use} instead")
+        def a(word: object) -> str:
+            return f"an {word}" if str(word)[:1] in "aeiou" else f"a {word}"
+
+        raise UserInputError(f"{folder} is {a(kind)} adapter, not {a(expect)} adapter; use it as {use} instead")
     version = card.get("prompt_format_version")
     if version != PROMPT_FORMAT_VERSION:
         raise UserInputError(

@@ -214,6 +214,8 @@ def test_shipped_config_builds_and_trains_one_step(config: Path, data: Path, sft
 
     stage = "dpo" if config.name.startswith("dpo") else "sft"
     extra = ["--sft-adapter", str(sft_run[0])] if stage == "dpo" else []
+    if config.name.startswith("agent"):  # the agent's trainer is the same; feed it the controller rows here
+        extra += ["--decision_types", "review"]
     args = parse(stage, ["--config", str(config), *FAST, *extra, "--data", str(data), "--output-dir",
                          str(tmp_path / "out"), "--max-steps", "1", "--eval_strategy", "no",
                          "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1",

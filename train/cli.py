@@ -21,7 +21,8 @@ from pathlib import Path
 from rir_runtime.errors import UserInputError
 
 STAGES = {"sft": "supervised fine-tuning of a controller LoRA adapter on the *_sft datasets",
-          "dpo": "preference tuning (DPO) of a controller adapter on the *_pref datasets, from an SFT adapter"}
+          "dpo": "preference tuning (DPO) of a controller adapter on the *_pref datasets, from an SFT adapter",
+          "agent-sft": "behaviour-clone the base agent on expert trajectories (train splits); loads as --policy llm:<dir>"}
 LAUNCHERS = ("python", "accelerate")
 DEFAULT_ACCELERATE_CONFIG = "configs/accelerate/single_gpu.yaml"
 
@@ -70,6 +71,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         return subprocess.call(cmd)
     from train.common import parse_train_args
 
+    if stage == "agent-sft":
+        from train.agent_sft import main as agent_main
+
+        return agent_main(argv)
     if stage == "sft":
         from train.sft import main, make_parser
     else:

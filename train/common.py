@@ -27,6 +27,7 @@ from rir_runtime.errors import RIRError, UserInputError
 logger = logging.getLogger(__name__)
 
 DECISION_TYPES = ("review", "locate", "reflect")
+AGENT = "agent"  # the behaviour-cloned base policy (`rir train agent-sft`): its own adapter kind
 COLUMNS = {"sft": ("prompt", "completion"), "pref": ("prompt", "chosen", "rejected")}
 RESOLVED_CONFIG = "rir_train_config.json"
 
@@ -44,7 +45,7 @@ class TrainScriptArguments:
         "help": "folder written by `rir build-data` (holding review_sft/, locate_sft/, ... ) or one dataset folder"})
     decision_types: list[str] = field(default_factory=lambda: list(DECISION_TYPES), metadata={
         "help": "decision types to train on, mixed into one dataset (space separated; a YAML list)",
-        "choices": list(DECISION_TYPES)})
+        "choices": [*DECISION_TYPES, AGENT]})
     model: str | None = field(default=None, metadata={
         "help": "base model: registry name (smollm2-135m-instruct, tiny-random-llama, ...), local folder or hub id; "
         "defaults to model_name_or_path"})
@@ -56,9 +57,13 @@ class TrainScriptArguments:
     def __post_init__(self) -> None:
         items = [self.decision_types] if isinstance(self.decision_types, str) else self.decision_types
         types = [t.strip() for item in items for t in str(item).split(",") if t.strip()]
-        bad = [t for t in types if t not in DECISION_TYPES]
+        bad = [t for t in types if t not in (*DECISION_TYPES, AGENT)]
         if bad or not types:
-            raise UserInputError(f"decision_types {bad or '[]'} invalid: choose from {', '.join(DECISION_TYPES)}")
+            raise UserInputError(f"decision_types {bad or '[]'} invalid: choose from {', '.join(DECISION_TYPES)} "
+                                 f"(or '{AGENT}' alone for the behaviour-cloned agent)")
+        if AGENT in types and len(types) > 1:
+            raise UserInputError("the agent policy and the recovery controller are separate adapters: train "
+                                 f"decision_types [{AGENT}] alone (`rir train agent-sft`), and the controller without it")
         self.decision_types = list(dict.fromkeys(types))
 
 
@@ -262,7 +267,7 @@ def dataset_folders(data: str, kind: str, decision_types: Sequence[str]) -> dict
 
 
 def decision_types_of(names: Sequence[str]) -> list[str]:
-    found = [t for t in DECISION_TYPES if any(n.startswith(f"{t}_") for n in names)]
+    found = [t for t in (*DECISION_TYPES, AGENT) if any(n.startswith(f"{t}_") for n in names)]
     return found or ["unknown"]
 
 
@@ -338,7 +343,7 @@ def write_card(output_dir: str, *, base_model: str, base_model_path: str, decisi
     """`rir_controller.json`: what `rir_runtime.tuned` checks before serving the adapter."""
     from rir_runtime.prompts import PROMPT_FORMAT_VERSION
 
-    card = {"kind": "controller", "base_model": base_model, "base_model_path": base_model_path,
+    card = {"kind": AGENT if decision_types == [AGENT] else "controller", "base_model": base_model, "base_model_path": base_model_path,
             "decision_types": decision_types, "prompt_format_version": PROMPT_FORMAT_VERSION,
             "dataset_fingerprints": fingerprints, "trained_with": versions(), "stage": stage, **(extra or {})}
     path = Path(output_dir) / "rir_controller.json"

@@ -1,0 +1,120 @@
+"""The behaviour-cloned agent: data rendered by the policy's own prompt function, the split guard,
+and a tiny agent adapter that trains, loads as a policy, acts, and is refused as a controller."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from data_gen.agent_data import AgentDataConfig, AgentDataSource, build_agent_data, expert_episode
+from rir_runtime.config import build_config
+from rir_runtime.envs import TaskSpec
+from rir_runtime.envs.builtin import WorkshopEnv
+from rir_runtime.errors import UserInputError
+from rir_runtime.memory import ReflectionMemory
+from rir_runtime.policies import AgentContext, LLMPolicy
+
+TASK = TaskSpec("builtin", "workshop-3", "train", 4)
+
+
+@dataclass
+class Reply:
+    text: str
+    prompt_tokens: int = 1
+    completion_tokens: int = 1
+
+
+class CaptureBackend:
+    supports_scoring = False
+
+    def __init__(self) -> None:
+        self.prompts: list = []
+
+    def generate(self, prompts, **kwargs):
+        self.prompts += prompts
+        return [Reply("Action: look") for _ in prompts]
+
+
+def test_agent_rows_render_exactly_what_the_policy_sees() -> None:
+    import random
+
+    env = WorkshopEnv()
+    rows = expert_episode(env, TASK, None, 60, random.Random(0))
+    assert len(rows) > 5 and rows[-1]["completion"][0]["content"] == "Action: combine"
+    # replay the expert to step 3 and ask the policy: its prompt must equal the training row's
+    obs = env.reset(TASK)
+    from rir_runtime.envs.checkpoints import Step
+
+    history: tuple[Step, ...] = ()
+    observation = obs.text
+    for row in rows[:3]:
+        action = row["completion"][0]["content"].removeprefix("Action: ")
+        result = env.step(action)
+        history += (Step(len(history), action, result.observation, result.score),)
+        observation = result.observation
+    backend = CaptureBackend()
+    LLMPolicy(backend, "generate").act(AgentContext(TASK.key, obs.objective, ReflectionMemory(objective=obs.objective),
+                                                    history, observation, env.admissible_actions))
+    assert backend.prompts[0] == rows[3]["prompt"]
+
+
+def test_split_guard_refuses_dev_and_test() -> None:
+    for split in ("test", "dev"):
+        with pytest.raises(UserInputError, match="must come from the train split"):
+            build_config(AgentDataConfig, {"sources": [{"env": "builtin", "split": split, "variations": "0-3"}]})
+
+
+@pytest.fixture(scope="module")
+def agent_adapter(tmp_path_factory) -> Path:
+    from train.agent_sft import main
+
+    root = tmp_path_factory.mktemp("agent")
+    cfg = root / "agent_data.yaml"
+    cfg.write_text("sources:\n  - {env: builtin, tasks: [workshop-2], split: train, variations: 0-5}\n")
+    out = root / "adapter"
+    main(["--config", "configs/train/agent_sft_cpu.yaml", "--agent-data", str(cfg), "--model", "tiny-random-llama",
+          "--data", str(root / "data"), "--output_dir", str(out), "--max_steps", "2", "--eval_strategy", "no",
+          "--eval_on_start", "false", "--save_strategy", "no", "--per_device_train_batch_size", "2",
+          "--learning_rate", "0.01"])
+    return out
+
+
+def test_tiny_agent_adapter_trains_loads_as_policy_and_acts(agent_adapter: Path) -> None:
+    import json
+
+    from rir_runtime.llm.backends import make_backend
+
+    card = json.loads((agent_adapter / "rir_controller.json").read_text())
+    assert card["kind"] == "agent" and card["decision_types"] == ["agent"]
+    env = WorkshopEnv()
+    obs = env.reset(TaskSpec("builtin", "workshop-2", "dev", 0))
+    policy = LLMPolicy(make_backend(str(agent_adapter)), "rank")
+    act = policy.act(AgentContext("x", obs.objective, ReflectionMemory(), (), obs.text, env.admissible_actions))
+    assert act.kind == "task" and act.text in env.admissible_actions()
+
+
+def test_agent_and_controller_adapters_are_not_interchangeable(agent_adapter: Path) -> None:
+    from rir_runtime.jobs import check_controller_name
+    from rir_runtime.tuned import read_card
+
+    with pytest.raises(UserInputError, match="is an agent adapter, not a controller adapter.*--policy llm:"):
+        check_controller_name(f"tuned:{agent_adapter}")
+    card = agent_adapter / "rir_controller.json"
+    text = card.read_text()
+    try:
+        card.write_text(text.replace('"kind": "agent"', '"kind": "controller"'))
+        with pytest.raises(UserInputError, match="is a controller adapter, not an agent adapter.*--controller tuned:"):
+            read_card(agent_adapter, expect="agent")
+    finally:
+        card.write_text(text)
+
+
+def test_no_expert_data_for_an_empty_selection(tmp_path: Path) -> None:
+    cfg = AgentDataConfig(sources=[AgentDataSource("builtin", ["workshop-2"], "train", "0")], out=str(tmp_path),
+                          max_steps=0)
+    with pytest.raises(UserInputError, match="no expert steps"):
+        build_agent_data(cfg)
+    assert not os.listdir(tmp_path)
