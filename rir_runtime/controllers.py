@@ -66,10 +66,16 @@ def suspect_step(ctx: DecisionContext) -> int:
     """
     h = ctx.history
     admissible = set(ctx.admissible)
+    candidates = h
     if h and (h[-1].lost or (len(h) >= 2 and h[-1].score < h[-2].score)) and h[-1].index in admissible:
-        if h[-1].action not in ctx.blamed_actions:
+        # A symptom that names what the last action touched ("the almond bursts into flames") blames
+        # that action; one that does not ("the dish is inedible") points further back.
+        words = h[-1].action.lower().split()
+        touched = words[-1] if len(words) > 1 else ""  # a bare verb ("combine") touches nothing by name
+        if touched and touched in h[-1].observation.lower() and h[-1].action not in ctx.blamed_actions:
             return h[-1].index
-    for step in reversed(h):
+        candidates = h[:-1]
+    for step in reversed(candidates):
         verb = step.action.split(" ", 1)[0].lower()
         if step.index in admissible and verb not in PASSIVE_VERBS and step.action not in ctx.blamed_actions:
             if not ERROR_OBSERVATION.search(step.observation):
