@@ -87,21 +87,13 @@ def _unknown(key: str, valid: Sequence[str], where: str) -> UserInputError:
 def check_config_keys(parser: Any, config_path: str) -> None:
     """Unknown YAML keys are errors naming the key and the nearest valid one (TrlParser only lists
     them, and HfArgumentParser would otherwise take a misspelt key as a silent no-op)."""
-    import yaml
+    from rir_runtime.config import load_yaml
 
-    path = Path(config_path)
-    if not path.is_file():
-        raise UserInputError(f"config file {path} does not exist: check the path passed to --config")
-    try:
-        config = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise UserInputError(f"config file {path} is not valid YAML ({str(err).splitlines()[0]})") from None
-    if not isinstance(config, dict):
-        raise UserInputError(f"config file {path} must hold a mapping of keys to values")
+    config = load_yaml(config_path)  # the one YAML reader: missing file, bad syntax, not a mapping
     dests = {a.dest for a in parser._actions}
     for key in config:
         if key != "env" and key not in dests:
-            raise _unknown(str(key), sorted(dests), f"config {path}")
+            raise _unknown(str(key), sorted(dests), f"config {config_path}")
 
 
 def parse_train_args(parser: Any, argv: Sequence[str] | None = None) -> tuple[Any, ...]:
