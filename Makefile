@@ -31,7 +31,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not integration"
 
 demo: $(STAMP)
-	$(BIN)/python -m rir_runtime.demo
+	$(BIN)/rir pipeline --config configs/pipeline/quickstart.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
