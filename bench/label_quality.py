@@ -5,9 +5,10 @@ labelling cost with and without bisection.
 
 For every labelled review of every episode (RIR runs and exploratory variants alike):
 - restore label vs the step just before the first *fatal* injected error of the branch. On the
-  built-in workshop "fatal" is ground truth from the engine (the workshop is ruined or lost); on
-  the other benchmarks it is the first injected error (a harmless detour there counts as a miss
-  of the label, so this is a lower bound);
+  built-in workshop "fatal" is ground truth from the engine (the workshop is ruined, silently or
+  not, or lost); on TextWorld and ScienceWorld it is an injected error that loses the episode at
+  once (burning or wrongly cutting an ingredient, focusing on the wrong object): the engines do
+  not expose silent ruin, so branches whose injected errors are all detours count as error-free;
 - review label (`recover`) vs "the branch holds a fatal injected error" (precision and recall);
 - env steps per label, bisection vs the linear scan.
 """
@@ -32,7 +33,7 @@ def fatal_step(env, point) -> int | None:
             if env.ruined_ingredients() or result.lost:
                 return step.index
         return None
-    return next((s.index for s in history if s.injected_error), None)
+    return next((s.index for s in history if s.injected_error and s.lost), None)
 
 
 def main() -> None:
