@@ -31,7 +31,7 @@ def walk_to_depth(env: Env, task: TaskSpec, depth: int) -> None:
     """Take `depth` actions that keep the episode alive: expert first, then harmless padding."""
     env.reset(task)
     plan = env.expert_actions()
-    plan = plan[: min(len(plan) - 1, depth)]  # never the final action: the branch must stay alive
+    plan = plan[: min(len(plan) // 2, depth)]  # the first half only: the branch must stay alive
     taken = 0
     for action in plan:
         if env.step(action).done:
