@@ -64,6 +64,7 @@ class Label:
     env_steps: int
     probes: int
     reflections: list[tuple[Reflection, float]] = field(default_factory=list)  # (candidate, success rate)
+    restore_snapshot: Snapshot | None = None  # kept so reflection retries need not re-execute the branch
 
 
 def decision_points(episode: dict[str, Any]) -> list[DecisionPoint]:
@@ -129,24 +130,23 @@ def label_point(env: Env, point: DecisionPoint, bisect: bool = True, max_steps: 
     segs = segments(h, max(indices))
     segment = next(i for i, (a, b) in enumerate(segs) if a <= restore < b)
     return Label(point, values, v_now, review, restore if best > 0 else None, segment if best > 0 else None,
-                 segs, spent + probe.env_steps, probe.probes)
+                 segs, spent + probe.env_steps, probe.probes, restore_snapshot=snaps[restore] if best > 0 else None)
 
 
 # --- reflection preference ----------------------------------------------------------------------------
 def retry_success(env: Env, label: Label, reflection: Reflection, retries: int, error_rate: float,
                   max_steps: int = 60) -> float:
     """Success rate of K base-policy continuations from the restore point with `reflection` in memory."""
-    point, r = label.point, label.restore
-    assert r is not None
-    snaps, _ = branch_snapshots(env, point.task, point.history[:r])
+    point, r, start = label.point, label.restore, label.restore_snapshot
+    assert r is not None and start is not None
     history = point.history[:r]
     wins = 0
     for k in range(retries):
         memory = ReflectionMemory.from_snapshot(point.memory)
         memory.add(reflection)
-        env.restore(snaps[r])
+        env.restore(start)
         policy = NoisyExpertPolicy(env, error_rate, seed=1000 + k)
-        h, obs = history, snaps[r].observation
+        h, obs = history, start.observation
         for _ in range(max_steps):
             act = policy.act(AgentContext(point.task.key, "", memory, h, obs, env.admissible_actions))
             if act.kind != "task":

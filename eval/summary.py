@@ -58,17 +58,6 @@ def summarize(records: Iterable[dict[str, Any]], config: dict[str, Any]) -> dict
     return {"methods": {k: summarize_group(v) for k, v in groups.items()}, "config": config}
 
 
-def by_env(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """method key -> env -> summary: the columns of a paper-style table."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in records:
-        groups[(method_key(r), r["env"])].append(r)
-    out: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for (method, env), rs in groups.items():
-        out[method][env] = summarize_group(rs)
-    return dict(out)
-
-
 def restore_offsets(records: list[dict[str, Any]]) -> dict[str, list[int]]:
     """Restore point minus the first injected error of the abandoned branch (0 = just before it)."""
     offsets: dict[str, list[int]] = defaultdict(list)

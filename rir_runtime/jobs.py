@@ -15,7 +15,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -263,10 +263,6 @@ class _progress:
 
     def __exit__(self, *exc: object) -> None:
         self.bar.close()
-
-
-def job_to_dict(job: EpisodeJob) -> dict[str, Any]:
-    return asdict(job)
 
 
 def check_nonempty(jobs: list[EpisodeJob]) -> None:
