@@ -32,6 +32,10 @@ class AgentDataSource:
     tasks: list[str] = field(default_factory=list)
     split: str = "train"
     variations: str = "0-19"
+    # Information-gathering actions taken first, when admissible, before the expert's plan: the
+    # planner already knows what they reveal (TextWorld's plan skips "examine cookbook"), the agent
+    # does not. Only for environments whose expert replans from any state (TextWorld, builtin).
+    opening: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -57,9 +61,11 @@ def guard_split(split: str) -> None:
                              "are held out for tuning and final numbers")
 
 
-def expert_episode(env: Any, task: TaskSpec, detour_at: int | None, max_steps: int, rng: random.Random) -> list[dict]:
+def expert_episode(env: Any, task: TaskSpec, detour_at: int | None, max_steps: int, rng: random.Random,
+                   opening: tuple[str, ...] = ()) -> list[dict]:
     """Rows of one expert episode; with `detour_at`, one plausible wrong action is taken there first
-    (and not trained on), after which the expert plans again from the new state."""
+    (and not trained on), after which the expert plans again from the new state. `opening` actions
+    come before the plan, each once, while admissible."""
     obs = env.reset(task)
     history: tuple[Step, ...] = ()
     memory = ReflectionMemory(objective=obs.objective)
@@ -69,6 +75,8 @@ def expert_episode(env: Any, task: TaskSpec, detour_at: int | None, max_steps: i
         if not plan:
             break
         actions = env.admissible_actions()
+        done = {s.action for s in history}
+        plan = [a for a in opening if a in actions and a not in done][:1] + plan
         if t == detour_at:
             wrong = NoisyExpertPolicy._mistake(plan[0], actions, task.key, str(rng.random()))
             if wrong:
@@ -105,7 +113,7 @@ def build_agent_data(cfg: AgentDataConfig) -> dict[str, int]:
             held_out = {s.key for s in specs[:: max(2, round(1 / cfg.val_fraction))]} if len(specs) > 1 else set()
             for spec in tqdm(specs, desc=f"expert episodes ({source.env})", file=sys.stderr, mininterval=2.0):
                 detour = rng.randrange(1, 8) if rng.random() < cfg.detour_share else None
-                rows = expert_episode(env, spec, detour, cfg.max_steps, rng)
+                rows = expert_episode(env, spec, detour, cfg.max_steps, rng, tuple(source.opening))
                 (validation if spec.key in held_out else train).extend(rows)
         finally:
             env.close()

@@ -142,6 +142,12 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mistakes(args: argparse.Namespace) -> int:
+    from eval.mistakes import main as mistakes_main
+
+    return mistakes_main(args.run)
+
+
 # --- parser -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -202,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     _stage(sub, "build-data", "label rollouts in hindsight and build TRL datasets (review/locate/reflect, "
            "SFT and preference)", BuildConfig, cmd_build_data)
 
+    mistakes = sub.add_parser("mistakes", help="categorise an eval run's failures by their first fatal step (in "
+                              "hindsight) and check whether restores landed before them; writes mistakes.md")
+    mistakes.add_argument("--run", required=True, help="a folder written by rir eval (holds episodes.jsonl)")
+    mistakes.set_defaults(handler=cmd_mistakes)
     return parser
 
 

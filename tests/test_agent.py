@@ -118,3 +118,15 @@ def test_no_expert_data_for_an_empty_selection(tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match="no expert steps"):
         build_agent_data(cfg)
     assert not os.listdir(tmp_path)
+
+
+def test_opening_actions_come_first_once_then_the_expert_plan() -> None:
+    import random
+
+    from rir_runtime.envs import TaskSpec, make_env
+
+    env = make_env("builtin")
+    task = TaskSpec("builtin", "workshop-2", "train", 0)
+    plain = [r["meta"]["label"] for r in expert_episode(env, task, None, 60, random.Random(0))]
+    opened = [r["meta"]["label"] for r in expert_episode(env, task, None, 60, random.Random(0), opening=("look",))]
+    assert opened == ["look", *plain]

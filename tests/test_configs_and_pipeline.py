@@ -24,7 +24,8 @@ KINDS = {"eval": EvalConfig, "rollout": RolloutConfig, "build": BuildConfig, "pi
 @pytest.mark.parametrize("path", sorted(p for kind in KINDS for p in (ROOT / "configs" / kind).glob("*.yaml")),
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_shipped_configs_parse(path: Path) -> None:
-    kind = AgentDataConfig if path.name.startswith("agent") else KINDS[path.parent.name]
+    agent_data = path.parent.name == "build" and path.name.startswith("agent_data")
+    kind = AgentDataConfig if agent_data else KINDS[path.parent.name]
     config = build_config(kind, load_yaml(path), source=str(path))
     assert config is not None
 
