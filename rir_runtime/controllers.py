@@ -40,8 +40,9 @@ class Controller(Protocol):
 
 
 # --- shared, model-free pieces ------------------------------------------------------------------
-def failure_signal(ctx: DecisionContext, stall_steps: int = 8) -> str | None:
-    """A visible sign of trouble in the branch: lost, a score drop, an error reply, or a stall."""
+def failure_signal(ctx: DecisionContext, stall_steps: int = 8, loop_steps: int = 3) -> str | None:
+    """A visible sign of trouble in the branch: lost, a score drop, an LLM agent stuck repeating
+    one action to the same reply, an error reply, or a stall."""
     h = ctx.history
     if not h:
         return None
@@ -50,6 +51,8 @@ def failure_signal(ctx: DecisionContext, stall_steps: int = 8) -> str | None:
         return f"the episode was lost after '{last.action}'"
     if len(h) >= 2 and last.score < h[-2].score:
         return f"the score dropped after '{last.action}'"
+    if len(h) >= loop_steps and len({(s.action, s.observation) for s in h[-loop_steps:]}) == 1:
+        return f"'{last.action}' repeated {loop_steps} times to the same reply: the agent is stuck"
     if ERROR_OBSERVATION.search(last.observation):
         return f"'{last.action}' was not possible"
     if len(h) > stall_steps and h[-1].score <= h[-1 - stall_steps].score:
@@ -139,7 +142,8 @@ class HeuristicController:
 
     def review(self, ctx: DecisionContext) -> Decision:
         signal = failure_signal(ctx)
-        if signal and (ctx.trigger != "schedule" or ctx.history[-1].lost or "dropped" in signal):
+        urgent = signal and ("dropped" in signal or "stuck" in signal)  # worth acting on between schedules
+        if signal and (ctx.trigger != "schedule" or ctx.history[-1].lost or urgent):
             return Decision("review", Review("recover", signal))
         return Decision("review", Review("continue", signal or "no failure signal"))
 

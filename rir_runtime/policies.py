@@ -125,11 +125,19 @@ def agent_prompt(objective: str, memory: str, history: tuple[Step, ...], observa
     return messages
 
 
+TYPO_SIMILARITY = 0.9  # difflib ratio above which an unlisted reply is read as a listed action
+MAX_ACTION_WORDS = 12  # a longer "action" is prose, not a command: ask again
 _ACTION_LINE = re.compile(r"action\s*:\s*(.+)", re.IGNORECASE)
 
 
 def match_action(text: str, actions: list[str]) -> tuple[AgentAction | None, str]:
-    """Map free text to an admissible action or the rollback tool; (None, reason) if impossible."""
+    """Map a reply to an admissible action or the rollback tool; (None, reason) if impossible.
+
+    An explicit `Action: <text>` that the list lacks is sent as typed unless it is a near typo of a
+    listed action: environments take any text (the contract), and listings are incomplete
+    (ScienceWorld omits "open door to kitchen" when that door is open, yet accepts it). Mapping it
+    to a merely similar action would turn "open door to kitchen" into "move orange to kitchen".
+    """
     m = _ACTION_LINE.search(text)
     candidate = (m.group(1) if m else text).strip().splitlines()[0].strip().strip(".'\"`").lower() if text.strip() else ""
     if not candidate:
@@ -141,9 +149,13 @@ def match_action(text: str, actions: list[str]) -> tuple[AgentAction | None, str
     lowered = {a.lower(): a for a in actions}
     if candidate in lowered:
         return AgentAction("task", lowered[candidate]), ""
-    close = difflib.get_close_matches(candidate, list(lowered), n=1, cutoff=0.75)
+    verb = candidate.split()[0]  # "open door to greenhouse" is 0.94 similar to "close door to greenhouse"
+    close = [a for a in difflib.get_close_matches(candidate, list(lowered), n=3, cutoff=TYPO_SIMILARITY)
+             if a.split()[0] == verb]
     if close:
         return AgentAction("task", lowered[close[0]]), ""
+    if m and len(candidate.split()) <= MAX_ACTION_WORDS:
+        return AgentAction("task", candidate), ""
     return None, f"'{candidate}' is not a valid action"
 
 

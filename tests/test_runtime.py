@@ -329,3 +329,30 @@ def test_ranked_decisions_choose_within_the_closed_set() -> None:
     assert ['{"decision": "continue"', '{"decision": "recover"'] in backend.scored
     fine = [c for c in backend.scored if c[0].startswith('{"step"')]
     assert fine and all(c.startswith('{"step": ') for c in fine[0])
+
+
+def test_heuristic_recovers_an_agent_stuck_in_a_loop_before_the_silent_mistake() -> None:
+    from rir_runtime.envs.checkpoints import Step
+    from rir_runtime.prompts import DecisionContext
+
+    steps = (Step(0, "take leg", "You take the leg.", 1.0), Step(1, "eat leg", "You eat the leg.", 1.0),
+             *(Step(i, "examine cookbook", "You read the recipe.", 1.0) for i in range(2, 5)))
+    ctx = DecisionContext(task="t", objective="Cook.", memory="", history=steps, observation="You read the recipe.",
+                          score=1.0, trigger="schedule", admissible=tuple(range(5)))
+    review = HeuristicController().review(ctx).value
+    assert review.decision == "recover" and "stuck" in review.reason
+    assert HeuristicController().locate_fine(ctx).value == 1  # the checkpoint before eating the ingredient
+    assert HeuristicController().review(replace(ctx, history=steps[:4])).value.decision == "continue"
+
+
+def test_replies_map_to_listed_actions_only_for_typos_and_otherwise_go_as_typed() -> None:
+    from rir_runtime.policies import match_action
+
+    listed = ["close door to greenhouse", "move orange to kitchen", "take carrot from fridge"]
+    assert match_action("Action: take carot from fridge", listed)[0].text == "take carrot from fridge"
+    # unlisted but well-formed: sent as typed (ScienceWorld lists no "open" for an open door, yet accepts it)
+    assert match_action("Action: open door to greenhouse", listed)[0].text == "open door to greenhouse"
+    assert match_action("Action: open door to kitchen", listed)[0].text == "open door to kitchen"
+    assert match_action("I think the best thing would be to look", listed) == (None, "'i think the best thing would "
+                                                                               "be to look' is not a valid action")
+    assert match_action("", listed) == (None, "empty reply")
