@@ -9,8 +9,9 @@ bisection). A failed branch gets a category: the fatal action's kind, or, when n
 whether the agent looped or ran out of budget on track. A restore *landed before* the mistake when
 its restore point is at or before the abandoned branch's first fatal step.
 
-Where the expert only knows its gold path (ScienceWorld), any deviation counts as fatal, so
-there "fatal" is an upper bound: read those categories with that in mind.
+Where the expert only knows its gold path (ScienceWorld, `expert_replans = False`), any deviation
+would read as fatal, so there the outcome decides instead: a lost branch blames its last action,
+and a restore landed before the mistake when it lies before that action.
 """
 
 from __future__ import annotations
@@ -90,7 +91,19 @@ def categorize(actions: list[str], fatal: int | None) -> str:
     recent = actions[-8:]
     if recent and Counter(recent).most_common(1)[0][1] >= 3:
         return "no fatal step: looped on one action"
+    if len(recent) >= 4 and len(set(recent)) <= len(recent) // 2:
+        return "no fatal step: went back and forth"
     return "no fatal step: ran out of budget on track"
+
+
+def lost_step(env: Any, task: TaskSpec, actions: list[str]) -> int | None:
+    """Outcome-based blame for gold-path-only experts: the action that lost the episode, if any."""
+    env.reset(task)
+    for i, action in enumerate(actions):
+        result = env.step(action)
+        if result.done:
+            return i if result.lost else None
+    return None
 
 
 def analyse(run: Path) -> MistakeReport:
@@ -108,7 +121,8 @@ def analyse(run: Path) -> MistakeReport:
                 if branch.ended_by == "won":
                     continue
                 try:
-                    fatal = first_fatal_step(env, task, branch.actions, probe)
+                    fatal = (first_fatal_step(env, task, branch.actions, probe) if env.expert_replans
+                             else lost_step(env, task, branch.actions))
                 except Unwinnable:
                     report.categories["expert cannot win from the start"] += 1
                     report.examples.setdefault("expert cannot win from the start", task.key)

@@ -48,3 +48,8 @@ def test_fatal_steps_found_in_hindsight_are_the_injected_errors(tmp_path) -> Non
 def test_missing_run_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(UserInputError, match="episodes.jsonl does not exist"):
         analyse(tmp_path)
+
+
+def test_agent_going_back_and_forth_is_its_own_category() -> None:
+    rooms = ["open door to hallway", "go to hallway", "open door to kitchen", "go to kitchen"] * 2
+    assert categorize(rooms, None) == "no fatal step: went back and forth"

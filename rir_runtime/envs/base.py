@@ -87,6 +87,9 @@ class Env(ABC):
     name: str = "env"
     #: whether `expert_actions()` is meaningful for this environment
     has_expert: bool = True
+    #: whether the expert plans again from any state (False: it only knows one gold path, so any
+    #: deviation reads as fatal to hindsight values, which are then only a lower bound)
+    expert_replans: bool = True
 
     # --- task catalogue -------------------------------------------------------------------
     @classmethod

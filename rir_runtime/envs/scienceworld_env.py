@@ -77,6 +77,7 @@ class ScienceWorldEnv(ReplayEnv):
     """One ScienceWorld JVM, started on first use and reused across tasks (only `load` per reset)."""
 
     name = "scienceworld"
+    expert_replans = False  # gold paths only
 
     def __init__(self, step_limit: int = 250, simplification: str = "easy") -> None:
         super().__init__()
