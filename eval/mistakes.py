@@ -1,6 +1,6 @@
 """Where a real agent's mistakes come from, and whether the restores landed before them.
 
-    rir mistakes --run runs/eval/agent-textworld
+    rir mistakes --run runs/eval/agent-textworld      (or a rollout folder)
 
 For every branch of every episode (each branch abandoned by a restore, and the last one) the
 action sequence is re-executed and its *first fatal step* found in hindsight: the step after
@@ -107,10 +107,10 @@ def lost_step(env: Any, task: TaskSpec, actions: list[str]) -> int | None:
 
 
 def analyse(run: Path) -> MistakeReport:
-    path = run / "episodes.jsonl"
-    if not path.is_file():
-        raise UserInputError(f"{path} does not exist: pass --run <folder written by rir eval>")
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    paths = sorted(run.glob("episodes*.jsonl"))  # rir eval writes one file; rollout shards one each
+    if not paths:
+        raise UserInputError(f"{run}/episodes.jsonl does not exist: pass --run <folder written by rir eval or rollout>")
+    records = [json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()]
     report, envs = MistakeReport(), {}
     try:
         for rec in records:

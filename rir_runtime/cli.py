@@ -210,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     mistakes = sub.add_parser("mistakes", help="categorise an eval run's failures by their first fatal step (in "
                               "hindsight) and check whether restores landed before them; writes mistakes.md")
-    mistakes.add_argument("--run", required=True, help="a folder written by rir eval (holds episodes.jsonl)")
+    mistakes.add_argument("--run", required=True, help="a folder written by rir eval or rir rollout (holds episodes*.jsonl)")
     mistakes.set_defaults(handler=cmd_mistakes)
     return parser
 
