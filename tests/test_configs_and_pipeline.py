@@ -26,7 +26,12 @@ KINDS = {"eval": EvalConfig, "rollout": RolloutConfig, "build": BuildConfig, "pi
 def test_shipped_configs_parse(path: Path) -> None:
     agent_data = path.parent.name == "build" and path.name.startswith("agent_data")
     kind = AgentDataConfig if agent_data else KINDS[path.parent.name]
-    config = build_config(kind, load_yaml(path), source=str(path))
+    try:
+        config = build_config(kind, load_yaml(path), source=str(path))
+    except UserInputError as err:  # a tuned adapter that the commands in the file's header write first
+        if "adapter folder" in str(err) and "does not exist" in str(err):
+            pytest.skip(f"{path.name} needs an adapter trained first: {err}")
+        raise
     assert config is not None
 
 
