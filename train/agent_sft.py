@@ -54,3 +54,7 @@ def main(argv: list[str]) -> int:
         print(f"agent data: {counts} rows in {script_args.data}/agent_sft", file=sys.stderr)
     sft_main(script_args, training_args, model_args)
     return 0
+
+
+if __name__ == "__main__":  # accelerate launch -m train.agent_sft --config ...
+    sys.exit(main(sys.argv[1:]))
