@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from data_gen.hindsight import branch_snapshots
 from rir_runtime.envs import TaskSpec, make_env
-from rir_runtime.errors import UserInputError
+from rir_runtime.envs.checkpoints import Step
+from rir_runtime.errors import RestoreError, UserInputError
 from rir_runtime.values import ValueProbe, latest_best_bisect
 
 # The fatal action's first word names the mistake (TextWorld cooking and ScienceWorld verbs).
@@ -38,9 +40,13 @@ VERB_CATEGORIES = {
 
 @dataclass
 class Branch:
-    actions: list[str]
+    steps: tuple[Step, ...]
     ended_by: str  # "restore", "won", "lost", or the episode's stop reason
     restore_to: int | None = None
+
+    @property
+    def actions(self) -> list[str]:
+        return [s.action for s in self.steps]
 
 
 @dataclass
@@ -53,30 +59,33 @@ class MistakeReport:
 def branches(events: list[dict[str, Any]], stop_reason: str) -> list[Branch]:
     """Split an episode's event log into branches: a restore to r abandons the actions after r."""
     out: list[Branch] = []
-    actions: list[str] = []
+    steps: tuple[Step, ...] = ()
     for event in events:
         if event["type"] == "step":
-            actions.append(event["action"])
+            steps += (Step(len(steps), event["action"], event.get("observation", ""), event.get("score", 0.0),
+                           event.get("won", False), event.get("lost", False)),)
         elif event["type"] == "restore" and event.get("k", 0) > 0:
-            out.append(Branch(list(actions), "restore", event["to"]))
-            actions = actions[: event["to"]]
-    out.append(Branch(actions, stop_reason))
+            out.append(Branch(steps, "restore", event["to"]))
+            steps = steps[: event["to"]]
+    out.append(Branch(steps, stop_reason))
     return out
 
 
-def first_fatal_step(env: Any, task: TaskSpec, actions: list[str], probe: ValueProbe) -> int | None:
+def first_fatal_step(env: Any, task: TaskSpec, steps: tuple[Step, ...], probe: ValueProbe) -> int | None:
     """The index of the step after which the expert cannot win any more; None when no step was
-    fatal. Raises `Unwinnable` when the expert cannot win even from the start."""
-    env.reset(task)
-    snapshots = [env.checkpoint()]
-    for action in actions:
-        result = env.step(action)
-        snapshots.append(env.checkpoint())
-        if result.done:
-            break
-    if probe.value(snapshots[0]) == 0:
+    fatal. Raises `Unwinnable` when the expert cannot win even from the start, and `RestoreError`
+    when re-executing the branch does not reproduce its recorded observations."""
+    snapshots, _ = branch_snapshots(env, task, steps)
+    values: dict[int, float] = {}
+
+    def value(i: int) -> float:  # each probe re-runs the expert: never twice for one checkpoint
+        if i not in values:
+            values[i] = probe.value(snapshots[i])
+        return values[i]
+
+    if value(0) == 0:
         raise Unwinnable(task.key)
-    last_good, _ = latest_best_bisect(list(range(len(snapshots))), lambda i: probe.value(snapshots[i]))
+    last_good, _ = latest_best_bisect(list(range(len(snapshots))), value)
     return last_good if last_good < len(snapshots) - 1 else None
 
 
@@ -96,14 +105,9 @@ def categorize(actions: list[str], fatal: int | None) -> str:
     return "no fatal step: ran out of budget on track"
 
 
-def lost_step(env: Any, task: TaskSpec, actions: list[str]) -> int | None:
-    """Outcome-based blame for gold-path-only experts: the action that lost the episode, if any."""
-    env.reset(task)
-    for i, action in enumerate(actions):
-        result = env.step(action)
-        if result.done:
-            return i if result.lost else None
-    return None
+def lost_step(steps: tuple[Step, ...]) -> int | None:
+    """Outcome-based blame for gold-path-only experts: the recorded step that lost the episode."""
+    return next((s.index for s in steps if s.lost), None)
 
 
 def analyse(run: Path) -> MistakeReport:
@@ -121,18 +125,20 @@ def analyse(run: Path) -> MistakeReport:
                 if branch.ended_by == "won":
                     continue
                 try:
-                    fatal = (first_fatal_step(env, task, branch.actions, probe) if env.expert_replans
-                             else lost_step(env, task, branch.actions))
-                except Unwinnable:
-                    report.categories["expert cannot win from the start"] += 1
-                    report.examples.setdefault("expert cannot win from the start", task.key)
+                    fatal = (first_fatal_step(env, task, branch.steps, probe) if env.expert_replans
+                             else lost_step(branch.steps))
+                except (Unwinnable, RestoreError) as err:
+                    reason = ("expert cannot win from the start" if isinstance(err, Unwinnable)
+                              else "re-execution diverged from the record")
+                    report.categories[reason] += 1
+                    report.examples.setdefault(reason, task.key)
                     continue
-                category = categorize(branch.actions, fatal)
                 if branch.ended_by == "restore":
                     landed = "no fatal step in the abandoned branch" if fatal is None else (
                         "landed at or before the fatal step" if branch.restore_to <= fatal else "landed after it")
                     report.restores[landed] += 1
                 else:
+                    category = categorize(branch.actions, fatal)
                     report.categories[category] += 1
                     report.examples.setdefault(category, f"{task.key}: " + (
                         f"step {fatal} '{branch.actions[fatal]}'" if fatal is not None else
