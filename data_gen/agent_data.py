@@ -5,8 +5,11 @@
 Each row is one decision of the environment's expert (TextWorld `policy_commands`, ScienceWorld
 gold paths, the workshop planner) on a **train** variation, rendered by `render_agent`, the very
 function `LLMPolicy` calls at inference, with the completion `Action: <expert action>`. A share
-of episodes take one deliberate detour first (an error-injected action), so the agent also sees
-states off the expert path and learns to get back on it. Test variations are refused.
+of episodes take one deliberate detour (an error-injected action, never trained on), so the agent
+also sees states off the expert path. Some detours are then recovered as RIR recovers them: the
+world is restored to just before the wrong action and the heuristic What writes its failure into
+the memory block, so the agent learns to act with a lesson in view instead of ignoring it.
+Test variations are refused.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from rir_runtime.envs import TaskSpec, make_env, parse_variations, resolve_tasks
+from rir_runtime.controllers import HeuristicController
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError
 from rir_runtime.memory import ReflectionMemory
 from rir_runtime.policies import NoisyExpertPolicy, agent_prompt
+from rir_runtime.prompts import DecisionContext
 
 
 @dataclass
@@ -43,6 +48,9 @@ class AgentDataConfig:
     sources: list[AgentDataSource] = field(default_factory=lambda: [AgentDataSource()])
     out: str = "data/agent"
     detour_share: float = 0.3
+    # Of the detours, the share recovered by a restore with the failure kept in memory. Detours
+    # where the expert has no plan from the wrong state (ScienceWorld) are always recovered.
+    recovered_share: float = 0.5
     max_steps: int = 60
     val_fraction: float = 0.15
     seed: int = 0
@@ -50,8 +58,9 @@ class AgentDataConfig:
     def __post_init__(self) -> None:
         for source in self.sources:
             guard_split(source.split)
-        if not 0.0 <= self.detour_share <= 1.0:
-            raise ValueError("detour_share must be within [0, 1]")
+        for name in ("detour_share", "recovered_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1]")
 
 
 def guard_split(split: str) -> None:
@@ -61,15 +70,18 @@ def guard_split(split: str) -> None:
                              "are held out for tuning and final numbers")
 
 
-def expert_episode(env: Any, task: TaskSpec, detour_at: int | None, max_steps: int, rng: random.Random,
-                   opening: tuple[str, ...] = ()) -> list[dict]:
-    """Rows of one expert episode; with `detour_at`, one plausible wrong action is taken there first
-    (and not trained on), after which the expert plans again from the new state. `opening` actions
-    come before the plan, each once, while admissible."""
+def expert_episode(env: Any, task: TaskSpec, detour: float | None, max_steps: int, rng: random.Random,
+                   opening: tuple[str, ...] = (), recover: bool = False) -> list[dict]:
+    """Rows of one expert episode. With `detour` (a fraction of the way along the expert's first
+    plan), one plausible wrong action is taken at that step instead and not trained on; then either the expert plans again from the new state, or (`recover`, or an
+    expert that cannot replan) the world is restored to before it and the heuristic What's
+    reflection on it joins the memory. `opening` actions come before the plan, each once, while
+    admissible."""
     obs = env.reset(task)
     history: tuple[Step, ...] = ()
     memory = ReflectionMemory(objective=obs.objective)
     observation, rows = obs.text, []
+    detour_at = None if detour is None else int(detour * (len(env.expert_actions()) + len(opening)))
     for t in range(max_steps):
         plan = env.expert_actions()
         if not plan:
@@ -80,22 +92,36 @@ def expert_episode(env: Any, task: TaskSpec, detour_at: int | None, max_steps: i
         if t == detour_at:
             wrong = NoisyExpertPolicy._mistake(plan[0], actions, task.key, str(rng.random()))
             if wrong:
+                before = env.checkpoint()
                 result = env.step(wrong)
-                history += (Step(len(history), wrong, result.observation, result.score, result.won, result.lost),)
-                observation = result.observation
-                if result.done or not env.expert_actions():
-                    break  # an unrecoverable detour teaches nothing about getting back on track
-                continue
+                detoured = history + (Step(len(history), wrong, result.observation, result.score, result.won, result.lost),)
+                if recover or not env.expert_replans:
+                    memory.add(_reflection(obs.objective, memory, detoured, len(history)))
+                    env.restore(before)
+                else:
+                    history, observation = detoured, result.observation
+                    if result.done or not env.expert_actions():
+                        break  # an unrecoverable detour teaches nothing about getting back on track
+                    continue
         prompt = agent_prompt(obs.objective, memory.render(), history, observation, actions)
         rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": f"Action: {plan[0]}"}],
                      "meta": {"env": task.env, "task": task.task, "split": task.split, "variation": task.variation,
-                              "step": len(history), "detour": detour_at is not None, "label": plan[0]}})
+                              "step": len(history), "detour": detour_at is not None and t >= detour_at,
+                              "recovered": bool(memory.failures), "label": plan[0]}})
         result = env.step(plan[0])
         history += (Step(len(history), plan[0], result.observation, result.score, result.won, result.lost),)
         observation = result.observation
         if result.done:
             break
     return rows
+
+
+def _reflection(objective: str, memory: ReflectionMemory, history: tuple[Step, ...], restore_point: int) -> Any:
+    """What RIR's heuristic What keeps when the branch is rolled back to `restore_point`."""
+    last = history[-1]
+    ctx = DecisionContext(task="", objective=objective, memory=memory.render(), history=history,
+                          observation=last.observation, score=last.score, restore_point=restore_point)
+    return HeuristicController().reflect(ctx).value
 
 
 def build_agent_data(cfg: AgentDataConfig) -> dict[str, int]:
@@ -112,8 +138,9 @@ def build_agent_data(cfg: AgentDataConfig) -> dict[str, int]:
             specs = resolve_tasks(env, source.tasks or None, source.split, parse_variations(source.variations))
             held_out = {s.key for s in specs[:: max(2, round(1 / cfg.val_fraction))]} if len(specs) > 1 else set()
             for spec in tqdm(specs, desc=f"expert episodes ({source.env})", file=sys.stderr, mininterval=2.0):
-                detour = rng.randrange(1, 8) if rng.random() < cfg.detour_share else None
-                rows = expert_episode(env, spec, detour, cfg.max_steps, rng, tuple(source.opening))
+                detour = rng.random() if rng.random() < cfg.detour_share else None
+                recover = rng.random() < cfg.recovered_share
+                rows = expert_episode(env, spec, detour, cfg.max_steps, rng, tuple(source.opening), recover)
                 (validation if spec.key in held_out else train).extend(rows)
         finally:
             env.close()
@@ -124,8 +151,9 @@ def build_agent_data(cfg: AgentDataConfig) -> dict[str, int]:
     DatasetDict({k: Dataset.from_list(v) for k, v in splits.items() if v}).save_to_disk(str(out / "agent_sft"))
     card = ["# agent_sft", "", "Behaviour-cloning rows: expert actions rendered in the LLM policy's prompt "
             "(`rir_runtime.policies.agent_prompt`). Train split variations only; validation holds other "
-            "variations.", "", "| split | rows | with a detour before |", "| --- | ---: | ---: |"]
-    card += [f"| {k} | {len(v)} | {sum(r['meta']['detour'] for r in v)} |" for k, v in splits.items()]
+            "variations.", "", "| split | rows | after a detour | with a failure in memory |", "| --- | ---: | ---: | ---: |"]
+    card += [f"| {k} | {len(v)} | {sum(r['meta']['detour'] for r in v)} | {sum(r['meta']['recovered'] for r in v)} |"
+             for k, v in splits.items()]
     card += ["", f"Config: `{asdict(cfg)}`", ""]
     (out / "agent_sft" / "README.md").write_text("\n".join(card))
     return {k: len(v) for k, v in splits.items()}

@@ -130,3 +130,27 @@ def test_opening_actions_come_first_once_then_the_expert_plan() -> None:
     plain = [r["meta"]["label"] for r in expert_episode(env, task, None, 60, random.Random(0))]
     opened = [r["meta"]["label"] for r in expert_episode(env, task, None, 60, random.Random(0), opening=("look",))]
     assert opened == ["look", *plain]
+
+
+def test_recovered_detour_restores_the_world_and_keeps_the_failure_in_memory() -> None:
+    import random
+
+    from rir_runtime.envs import TaskSpec, make_env
+
+    env = make_env("builtin")
+    task = TaskSpec("builtin", "workshop-3", "train", 4)
+    plain = expert_episode(env, task, None, 60, random.Random(0))
+    recovered = expert_episode(env, task, 0.5, 60, random.Random(0), recover=True)
+    kept = expert_episode(env, task, 0.5, 60, random.Random(0), recover=False)
+    # restored: the same expert path, the wrong action gone from the history, its lesson in memory
+    assert [r["meta"]["label"] for r in recovered] == [r["meta"]["label"] for r in plain]
+    first = next(i for i, r in enumerate(recovered) if r["meta"]["recovered"])
+    assert first > 0 and all(r["meta"]["recovered"] for r in recovered[first:])
+    before, after = recovered[first]["prompt"][1]["content"], plain[first]["prompt"][1]["content"]
+    assert "Lessons from earlier attempts:" in before and "Lessons from earlier attempts:" not in after
+    wrong = before.split("Lesson: in that situation do not '")[1].split("'")[0]
+    assert wrong != recovered[first]["meta"]["label"]
+    assert before.split("Recent steps:")[1] == after.split("Recent steps:")[1]  # no trace of the detour
+    # not recovered: the expert replans from the wrong state, which stays in the history
+    assert not any(r["meta"]["recovered"] for r in kept)
+    assert wrong in kept[first]["prompt"][1]["content"].split("Recent steps:")[1]

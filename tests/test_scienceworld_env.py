@@ -12,7 +12,7 @@ if shutil.which("java") is None:
     pytest.skip("ScienceWorld needs a Java runtime", allow_module_level=True)
 
 from rir_runtime.envs import TaskSpec, make_env, resolve_tasks  # noqa: E402
-from rir_runtime.envs.scienceworld_env import MAX_VARIATIONS, split_variations  # noqa: E402
+from rir_runtime.envs.scienceworld_env import MAX_VARIATIONS, compact_look, split_variations  # noqa: E402
 from rir_runtime.errors import UnknownNameError, UserInputError  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -125,3 +125,20 @@ def test_bad_task_specs_fail_clearly(env) -> None:
         env.num_variations("no-such-task", "dev")
     with pytest.raises(UserInputError, match="0-6"):
         env.reset(TaskSpec("scienceworld", "boil", "dev", 7))
+
+
+def test_room_descriptions_list_doors_first_and_moving_shows_the_new_room(env) -> None:
+    obs = env.reset(TaskSpec("scienceworld", "lifespan-longest-lived", "train", 2))  # starts in the kitchen
+    assert obs.text.startswith("This room is called the kitchen. Doors to: bathroom, hallway, outside. Here you see: ")
+    env.step("open door to outside")
+    moved = env.step("go to outside").observation
+    assert moved.startswith("You move to the outside. This room is called the outside. Doors to: foundry, greenhouse")
+    assert "giant tortoise egg" in moved  # the animals the task is about are in view
+    assert env.step("focus on egg giant tortoise").won
+
+
+def test_compact_look_keeps_other_text_and_marks_closed_doors() -> None:
+    look = ("This room is called the bedroom. In it, you see: \n\tthe agent\n\ta substance called air\n"
+            "\ta bed. On the bed is: a mattress.\nYou also see:\n\tA door to the hallway (that is closed)")
+    assert compact_look(look) == "This room is called the bedroom. Doors to: hallway (closed). Here you see: a bed."
+    assert compact_look("The door is already open.") == "The door is already open."

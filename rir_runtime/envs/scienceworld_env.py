@@ -7,12 +7,19 @@ a thermometer reading 26 vs 27 degrees, a partial score 29 vs 30 in Mendelian ge
 the JVM with a constant identity hash (`-XX:hashCode=2`), which makes every load identical, and
 keep `admissible_actions()` from consuming the simulator's global random stream (listing valid
 actions picks random referents, which otherwise changes later outcomes of a replay that skips it).
+
+Observations are ScienceWorld's own text with one change for agents: a room description is
+compacted (`compact_look`) so the doors come first and the objects fit a prompt, and moving into
+a room shows that room (a free look: no simulated time passes), as TextWorld does. Stock
+ScienceWorld answers "You move to the outside." and lists the doors last, after a thousand
+characters of kitchen, where a prompt clips them off.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 import shutil
 import subprocess
 import threading
@@ -48,6 +55,30 @@ MAX_VARIATIONS: dict[str, int] = {
 }
 
 _launch_lock = threading.Lock()
+_ROOM_NAME = re.compile(r"^This (?:room|outside location) is called the ([^.]+)\.")
+_DOOR = re.compile(r"^A door to the (.+?) \(that is (open|closed)\)$")
+
+
+def compact_look(text: str) -> str:
+    """A room description with the doors first and one short entry per object:
+    "This room is called the kitchen. Doors to: bathroom, hallway (closed). Here you see: a chair,
+    a counter, ...". Text that is not a room description comes back unchanged."""
+    name = _ROOM_NAME.match(text)
+    if not name or "\n" not in text:
+        return text
+    objects, doors = [], []
+    for line in text.split("\n")[1:]:
+        line = line.strip()
+        door = _DOOR.match(line)
+        if door:
+            doors.append(door.group(1) + (" (closed)" if door.group(2) == "closed" else ""))
+        elif line and line != "You also see:" and line not in ("the agent", "a substance called air"):
+            objects.append(line.split(". ")[0].rstrip("."))
+    parts = [f"This room is called the {name.group(1)}."]
+    if doors:
+        parts.append("Doors to: " + ", ".join(doors) + ".")
+    parts.append("Here you see: " + (", ".join(objects) or "nothing") + ".")
+    return " ".join(parts)
 
 
 def split_variations(n: int) -> dict[str, list[int]]:
@@ -155,13 +186,15 @@ class ScienceWorldEnv(ReplayEnv):
         sw.load(task.task, self._variation_id, self.simplification, generateGoldPath=False)
         self._steps, self._prev_score = 0, 0.0
         # a free look (no simulated time passes) so the gold path still applies from here
-        text = str(sw.server.freeActionLook()).rstrip()
+        text = compact_look(str(sw.server.freeActionLook()).rstrip())
         return Observation(text=text, objective=str(sw.server.getTaskDescription()), score=0.0,
                            info={"variation_id": self._variation_id, "simplification": self.simplification})
 
     def _step_engine(self, action: str) -> StepResult:
         server = self._sw.server
-        text = str(server.step(action))
+        text = compact_look(str(server.step(action)).rstrip())
+        if text.startswith("You move to the "):  # show the new room, as TextWorld does (free: no time passes)
+            text = f"{text} {compact_look(str(server.freeActionLook()).rstrip())}"
         score = float(int(round(100 * server.getScore())))  # same conversion as the package
         completed = bool(server.getCompleted())
         self._steps += 1
