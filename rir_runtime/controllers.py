@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from rir_runtime.decisions import Decision, DecisionKind, Failure, Reflection, Review, dump, parse
@@ -40,23 +41,33 @@ class Controller(Protocol):
 
 
 # --- shared, model-free pieces ------------------------------------------------------------------
-def failure_signal(ctx: DecisionContext, stall_steps: int = 8, loop_steps: int = 3) -> str | None:
+@dataclass(frozen=True)
+class FailureSignal:
+    """A visible sign of trouble; an `urgent` one is worth a recovery between scheduled reviews."""
+
+    text: str
+    urgent: bool = False
+
+
+def failure_signal(ctx: DecisionContext, stall_steps: int = 8, loop_steps: int = 3) -> FailureSignal | None:
     """A visible sign of trouble in the branch: lost, a score drop, an LLM agent stuck repeating
-    one action to the same reply, an error reply, or a stall."""
+    one action to the same reply (urgent: each names a state worse than before), an error reply,
+    or a stall (which wait for a scheduled review)."""
     h = ctx.history
     if not h:
         return None
     last = h[-1]
     if last.lost:
-        return f"the episode was lost after '{last.action}'"
+        return FailureSignal(f"the episode was lost after '{last.action}'", urgent=True)
     if len(h) >= 2 and last.score < h[-2].score:
-        return f"the score dropped after '{last.action}'"
+        return FailureSignal(f"the score dropped after '{last.action}'", urgent=True)
     if len(h) >= loop_steps and len({(s.action, s.observation) for s in h[-loop_steps:]}) == 1:
-        return f"'{last.action}' repeated {loop_steps} times to the same reply: the agent is stuck"
+        return FailureSignal(f"'{last.action}' repeated {loop_steps} times to the same reply: the agent is stuck",
+                             urgent=True)
     if ERROR_OBSERVATION.search(last.observation):
-        return f"'{last.action}' was not possible"
+        return FailureSignal(f"'{last.action}' was not possible")
     if len(h) > stall_steps and h[-1].score <= h[-1 - stall_steps].score:
-        return f"no progress in {stall_steps} steps"
+        return FailureSignal(f"no progress in {stall_steps} steps")
     return None
 
 
@@ -142,10 +153,9 @@ class HeuristicController:
 
     def review(self, ctx: DecisionContext) -> Decision:
         signal = failure_signal(ctx)
-        urgent = signal and ("dropped" in signal or "stuck" in signal)  # worth acting on between schedules
-        if signal and (ctx.trigger != "schedule" or ctx.history[-1].lost or urgent):
-            return Decision("review", Review("recover", signal))
-        return Decision("review", Review("continue", signal or "no failure signal"))
+        if signal and (ctx.trigger != "schedule" or signal.urgent):
+            return Decision("review", Review("recover", signal.text))
+        return Decision("review", Review("continue", signal.text if signal else "no failure signal"))
 
     def locate_coarse(self, ctx: DecisionContext) -> Decision:
         return Decision("locate_coarse", segments_containing(ctx, suspect_step(ctx)))

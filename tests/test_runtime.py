@@ -356,3 +356,22 @@ def test_replies_map_to_listed_actions_only_for_typos_and_otherwise_go_as_typed(
     assert match_action("I think the best thing would be to look", listed) == (None, "'i think the best thing would "
                                                                                "be to look' is not a valid action")
     assert match_action("", listed) == (None, "empty reply")
+
+
+def test_failure_signals_say_which_are_urgent_between_scheduled_reviews() -> None:
+    from rir_runtime.controllers import failure_signal
+    from rir_runtime.envs.checkpoints import Step
+    from rir_runtime.prompts import DecisionContext
+
+    def signal(*steps: Step):
+        return failure_signal(DecisionContext(task="t", objective="o", memory="", history=steps,
+                                              observation=steps[-1].observation, score=steps[-1].score))
+
+    ok = Step(0, "take leg", "You take the leg.", 2.0)
+    assert signal(ok) is None
+    assert signal(ok, Step(1, "eat leg", "You eat the leg.", 1.0)).urgent  # score dropped
+    assert signal(ok, Step(1, "focus on egg", "You focus on the egg.", -100.0, lost=True)).urgent
+    error = signal(ok, Step(1, "go to moon", "No known action matches that input.", 2.0))
+    assert error is not None and not error.urgent  # waits for the schedule
+    stall = signal(*(Step(i, f"look {i}", "You see a room.", 0.0) for i in range(10)))
+    assert stall is not None and stall.text == "no progress in 8 steps" and not stall.urgent
