@@ -20,8 +20,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rir_runtime.envs import TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.controllers import HeuristicController
+from rir_runtime.decisions import Reflection
+from rir_runtime.envs import TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError
 from rir_runtime.memory import ReflectionMemory
@@ -73,10 +74,10 @@ def guard_split(split: str) -> None:
 def expert_episode(env: Any, task: TaskSpec, detour: float | None, max_steps: int, rng: random.Random,
                    opening: tuple[str, ...] = (), recover: bool = False) -> list[dict]:
     """Rows of one expert episode. With `detour` (a fraction of the way along the expert's first
-    plan), one plausible wrong action is taken at that step instead and not trained on; then either the expert plans again from the new state, or (`recover`, or an
-    expert that cannot replan) the world is restored to before it and the heuristic What's
-    reflection on it joins the memory. `opening` actions come before the plan, each once, while
-    admissible."""
+    plan), one plausible wrong action is taken at that step instead, and not trained on. Then
+    either the expert plans again from the new state, or (`recover`, or an expert that cannot
+    replan) the world is restored to before it and the heuristic What's reflection on it joins
+    the memory. `opening` actions come before the plan, each once, while admissible."""
     obs = env.reset(task)
     history: tuple[Step, ...] = ()
     memory = ReflectionMemory(objective=obs.objective)
@@ -94,7 +95,8 @@ def expert_episode(env: Any, task: TaskSpec, detour: float | None, max_steps: in
             if wrong:
                 before = env.checkpoint()
                 result = env.step(wrong)
-                detoured = history + (Step(len(history), wrong, result.observation, result.score, result.won, result.lost),)
+                wrong_step = Step(len(history), wrong, result.observation, result.score, result.won, result.lost)
+                detoured = history + (wrong_step,)
                 if recover or not env.expert_replans:
                     memory.add(_reflection(obs.objective, memory, detoured, len(history)))
                     env.restore(before)
@@ -116,7 +118,7 @@ def expert_episode(env: Any, task: TaskSpec, detour: float | None, max_steps: in
     return rows
 
 
-def _reflection(objective: str, memory: ReflectionMemory, history: tuple[Step, ...], restore_point: int) -> Any:
+def _reflection(objective: str, memory: ReflectionMemory, history: tuple[Step, ...], restore_point: int) -> Reflection:
     """What RIR's heuristic What keeps when the branch is rolled back to `restore_point`."""
     last = history[-1]
     ctx = DecisionContext(task="", objective=objective, memory=memory.render(), history=history,
@@ -151,7 +153,8 @@ def build_agent_data(cfg: AgentDataConfig) -> dict[str, int]:
     DatasetDict({k: Dataset.from_list(v) for k, v in splits.items() if v}).save_to_disk(str(out / "agent_sft"))
     card = ["# agent_sft", "", "Behaviour-cloning rows: expert actions rendered in the LLM policy's prompt "
             "(`rir_runtime.policies.agent_prompt`). Train split variations only; validation holds other "
-            "variations.", "", "| split | rows | after a detour | with a failure in memory |", "| --- | ---: | ---: | ---: |"]
+            "variations.", "", "| split | rows | after a detour | with a failure in memory |",
+            "| --- | ---: | ---: | ---: |"]
     card += [f"| {k} | {len(v)} | {sum(r['meta']['detour'] for r in v)} | {sum(r['meta']['recovered'] for r in v)} |"
              for k, v in splits.items()]
     card += ["", f"Config: `{asdict(cfg)}`", ""]
