@@ -62,7 +62,9 @@ _DOOR = re.compile(r"^A door to the (.+?) \(that is (open|closed)\)$")
 def compact_look(text: str) -> str:
     """A room description with the doors first and one short entry per object:
     "This room is called the kitchen. Doors to: bathroom, hallway (closed). Here you see: a chair,
-    a counter, ...". Text that is not a room description comes back unchanged."""
+    a counter, ...". Text that is not a room description comes back unchanged. What lies on or in
+    an object is cut with its first sentence ("a table. On the table is: a cup" -> "a table"):
+    `look at table` shows it. Tasks that need such contents in view would want them kept."""
     name = _ROOM_NAME.match(text)
     if not name or "\n" not in text:
         return text
