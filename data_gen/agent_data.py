@@ -9,7 +9,12 @@ of episodes take one deliberate detour (an error-injected action, never trained 
 also sees states off the expert path. Some detours are then recovered as RIR recovers them: the
 world is restored to just before the wrong action and the heuristic What writes its failure into
 the memory block, so the agent learns to act with a lesson in view instead of ignoring it.
-Test variations are refused.
+
+A source with `mistakes_of` (a trained agent, `llm:<adapter>`) adds DAgger-style rows: the agent
+is asked at every expert state, and where its own action would lose the episode or drop the
+score, the world is restored, the failure goes into memory and the expert's action is the label.
+In these rows the memory is the only thing that tells the right action from the one the agent
+would take, which random detours cannot teach. Test variations are refused.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from rir_runtime.envs import TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError
 from rir_runtime.memory import ReflectionMemory
-from rir_runtime.policies import NoisyExpertPolicy, agent_prompt
+from rir_runtime.policies import AgentContext, LLMPolicy, NoisyExpertPolicy, Policy, agent_prompt
 from rir_runtime.prompts import DecisionContext
 
 
@@ -42,6 +47,10 @@ class AgentDataSource:
     # planner already knows what they reveal (TextWorld's plan skips "examine cookbook"), the agent
     # does not. Only for environments whose expert replans from any state (TextWorld, builtin).
     opening: list[str] = field(default_factory=list)
+    # DAgger: a trained agent (`llm:<adapter or model>`) asked at each expert state. Its harmful
+    # actions (lost, score drop) are recovered into memory; only rows with a lesson in memory are kept.
+    mistakes_of: str = ""
+    policy_mode: str = "generate"  # how the agent acts at inference: rank or generate
 
 
 @dataclass
@@ -72,12 +81,16 @@ def guard_split(split: str) -> None:
 
 
 def expert_episode(env: Any, task: TaskSpec, detour: float | None, max_steps: int, rng: random.Random,
-                   opening: tuple[str, ...] = (), recover: bool = False) -> list[dict]:
+                   opening: tuple[str, ...] = (), recover: bool = False, agent: Policy | None = None) -> list[dict]:
     """Rows of one expert episode. With `detour` (a fraction of the way along the expert's first
     plan), one plausible wrong action is taken at that step instead, and not trained on. Then
     either the expert plans again from the new state, or (`recover`, or an expert that cannot
     replan) the world is restored to before it and the heuristic What's reflection on it joins
-    the memory. `opening` actions come before the plan, each once, while admissible."""
+    the memory. `opening` actions come before the plan, each once, while admissible.
+
+    With an `agent`, it is asked at every state instead; each of its actions that loses the
+    episode or drops the score is recovered the same way (a harmless other route is undone and
+    forgotten), and only the rows with a lesson in memory are returned."""
     obs = env.reset(task)
     history: tuple[Step, ...] = ()
     memory = ReflectionMemory(objective=obs.objective)
@@ -90,14 +103,21 @@ def expert_episode(env: Any, task: TaskSpec, detour: float | None, max_steps: in
         actions = env.admissible_actions()
         done = {s.action for s in history}
         plan = [a for a in opening if a in actions and a not in done][:1] + plan
-        if t == detour_at:
+        wrong = None
+        if agent is not None:
+            wrong = _own_action(agent, task, obs.objective, memory, history, observation, actions)
+        elif t == detour_at:
             wrong = NoisyExpertPolicy._mistake(plan[0], actions, task.key, str(rng.random()))
-            if wrong:
-                before = env.checkpoint()
-                result = env.step(wrong)
-                wrong_step = Step(len(history), wrong, result.observation, result.score, result.won, result.lost)
-                detoured = history + (wrong_step,)
-                if recover or not env.expert_replans:
+        if wrong and wrong != plan[0]:
+            before = env.checkpoint()
+            score = history[-1].score if history else obs.score
+            result = env.step(wrong)
+            wrong_step = Step(len(history), wrong, result.observation, result.score, result.won, result.lost)
+            detoured = history + (wrong_step,)
+            if agent is not None and not (result.lost or result.score < score):
+                env.restore(before)  # another route, not a mistake: the expert's label stands as is
+            else:
+                if agent is not None or recover or not env.expert_replans:
                     memory.add(_reflection(obs.objective, memory, detoured, len(history)))
                     env.restore(before)
                 else:
@@ -106,16 +126,36 @@ def expert_episode(env: Any, task: TaskSpec, detour: float | None, max_steps: in
                         break  # an unrecoverable detour teaches nothing about getting back on track
                     continue
         prompt = agent_prompt(obs.objective, memory.render(), history, observation, actions)
-        rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": f"Action: {plan[0]}"}],
-                     "meta": {"env": task.env, "task": task.task, "split": task.split, "variation": task.variation,
-                              "step": len(history), "detour": detour_at is not None and t >= detour_at,
-                              "recovered": bool(memory.failures), "label": plan[0]}})
+        if agent is None or memory.failures:  # an agent's rows without a lesson repeat plain cloning
+            meta = {"env": task.env, "task": task.task, "split": task.split, "variation": task.variation,
+                    "step": len(history), "detour": agent is not None or (detour_at is not None and t >= detour_at),
+                    "recovered": bool(memory.failures), "label": plan[0]}
+            rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": f"Action: {plan[0]}"}],
+                         "meta": meta})
         result = env.step(plan[0])
         history += (Step(len(history), plan[0], result.observation, result.score, result.won, result.lost),)
         observation = result.observation
         if result.done:
             break
     return rows
+
+
+def _agent(spec: str, mode: str) -> LLMPolicy:
+    """The trained agent whose own mistakes a DAgger source records."""
+    kind, _, model = spec.partition(":")
+    if kind != "llm" or not model:
+        raise UserInputError(f"mistakes_of must name an LLM agent as 'llm:<adapter folder or model>', not '{spec}' "
+                             "(train one first: rir train agent-sft)")
+    from rir_runtime.llm import make_backend
+
+    return LLMPolicy(make_backend(model), mode, name=spec)  # type: ignore[arg-type]  # it checks the mode
+
+
+def _own_action(agent: Policy, task: TaskSpec, objective: str, memory: ReflectionMemory,
+                history: tuple[Step, ...], observation: str, actions: list[str]) -> str | None:
+    """The task action `agent` takes in this state, seeing exactly what it sees at inference."""
+    action = agent.act(AgentContext(task.key, objective, memory, history, observation, lambda: actions))
+    return action.text if action.kind == "task" else None
 
 
 def _reflection(objective: str, memory: ReflectionMemory, history: tuple[Step, ...], restore_point: int) -> Reflection:
@@ -139,10 +179,12 @@ def build_agent_data(cfg: AgentDataConfig) -> dict[str, int]:
         try:
             specs = resolve_tasks(env, source.tasks or None, source.split, parse_variations(source.variations))
             held_out = {s.key for s in specs[:: max(2, round(1 / cfg.val_fraction))]} if len(specs) > 1 else set()
-            for spec in tqdm(specs, desc=f"expert episodes ({source.env})", file=sys.stderr, mininterval=2.0):
+            agent = _agent(source.mistakes_of, source.policy_mode) if source.mistakes_of else None
+            desc = f"{'own mistakes' if agent else 'expert episodes'} ({source.env})"
+            for spec in tqdm(specs, desc=desc, file=sys.stderr, mininterval=2.0):
                 detour = rng.random() if rng.random() < cfg.detour_share else None
                 recover = rng.random() < cfg.recovered_share
-                rows = expert_episode(env, spec, detour, cfg.max_steps, rng, tuple(source.opening), recover)
+                rows = expert_episode(env, spec, detour, cfg.max_steps, rng, tuple(source.opening), recover, agent)
                 (validation if spec.key in held_out else train).extend(rows)
         finally:
             env.close()

@@ -154,3 +154,39 @@ def test_recovered_detour_restores_the_world_and_keeps_the_failure_in_memory() -
     # not recovered: the expert replans from the wrong state, which stays in the history
     assert not any(r["meta"]["recovered"] for r in kept)
     assert wrong in kept[first]["prompt"][1]["content"].split("Recent steps:")[1]
+
+
+class HeatFirstAgent:
+    """A stub agent that heats whatever it can: fatal for a volatile ingredient, else harmless."""
+
+    name = "heat-first"
+
+    def act(self, ctx: AgentContext):
+        from rir_runtime.policies import AgentAction
+
+        heats = [a for a in ctx.actions if a.startswith("heat ")]
+        return AgentAction("task", heats[0] if heats else ctx.actions[0])
+
+
+def test_own_mistakes_are_recovered_into_memory_and_only_lesson_rows_kept() -> None:
+    import random
+
+    from rir_runtime.envs import make_env
+
+    env = make_env("builtin")
+    task = TaskSpec("builtin", "workshop-3", "train", 0)  # its almond bursts into flames when heated
+    plain = [r["meta"]["label"] for r in expert_episode(env, task, None, 60, random.Random(0))]
+    rows = expert_episode(env, task, None, 60, random.Random(0), agent=HeatFirstAgent())
+    assert rows and all(r["meta"]["recovered"] for r in rows)
+    assert [r["meta"]["label"] for r in rows] == plain[-len(rows):]  # the expert's path, restored
+    first = rows[0]["prompt"][1]["content"]
+    assert "do not 'heat almond'" in first and "bursts into flames" not in first.split("Recent steps:")[1]
+    # heating a stable ingredient is another route, not a mistake: undone and never a lesson
+    assert expert_episode(env, TaskSpec("builtin", "workshop-3", "train", 2), None, 60, random.Random(0),
+                          agent=HeatFirstAgent()) == []
+
+
+def test_mistakes_of_must_name_an_llm_agent(tmp_path: Path) -> None:
+    source = AgentDataSource("builtin", ["workshop-2"], "train", "0", mistakes_of="heuristic")
+    with pytest.raises(UserInputError, match="mistakes_of must name an LLM agent as 'llm:"):
+        build_agent_data(AgentDataConfig(sources=[source], out=str(tmp_path)))
