@@ -31,7 +31,7 @@ from rir_runtime.envs import TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError
 from rir_runtime.memory import ReflectionMemory
-from rir_runtime.policies import AgentContext, LLMPolicy, NoisyExpertPolicy, Policy, agent_prompt
+from rir_runtime.policies import AgentContext, LLMPolicy, Policy, agent_prompt, plausible_mistake
 from rir_runtime.prompts import DecisionContext
 
 
@@ -107,7 +107,7 @@ def expert_episode(env: Any, task: TaskSpec, detour: float | None, max_steps: in
         if agent is not None:
             wrong = _own_action(agent, task, obs.objective, memory, history, observation, actions)
         elif t == detour_at:
-            wrong = NoisyExpertPolicy._mistake(plan[0], actions, task.key, str(rng.random()))
+            wrong = plausible_mistake(plan[0], actions, task.key, str(rng.random()))
         if wrong and wrong != plan[0]:
             before = env.checkpoint()
             score = history[-1].score if history else obs.score

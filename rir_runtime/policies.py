@@ -63,6 +63,16 @@ def _unit(*parts: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
+def plausible_mistake(right: str, actions: list[str], task: str, state: str) -> str | None:
+    """A wrong action that shares the verb or the object of the `right` one, drawn
+    deterministically from (task, state); None when no admissible action is that close."""
+    words = right.split()
+    similar = [a for a in actions if a != right and (a.split()[0] == words[0] or a.split()[-1] == words[-1])]
+    if not similar:
+        return None
+    return similar[int(_unit(task, state, "pick") * len(similar))]
+
+
 class NoisyExpertPolicy:
     """Follows the environment's expert plan, but at error points seeded by (task, state) takes a
     plausible wrong action: one that shares the verb or the object of the right one (slice vs
@@ -95,19 +105,11 @@ class NoisyExpertPolicy:
         right, self._after[state] = plan[0], plan[1:]
         key = "|".join(state)
         if _unit(str(self.seed), ctx.task, key, right) < self.error_rate:
-            wrong = self._mistake(right, ctx.actions, ctx.task, key)
+            wrong = plausible_mistake(right, ctx.actions, ctx.task, key)
             if wrong and not ctx.memory.forbids(wrong):
                 self._after[state], self._pending = plan, self._pending | {state}
                 return AgentAction("task", wrong, injected_error=True)
         return AgentAction("task", right)
-
-    @staticmethod
-    def _mistake(right: str, actions: list[str], task: str, state: str) -> str | None:
-        words = right.split()
-        similar = [a for a in actions if a != right and (a.split()[0] == words[0] or a.split()[-1] == words[-1])]
-        if not similar:
-            return None
-        return similar[int(_unit(task, state, "pick") * len(similar))]
 
 
 # --- the LLM policy --------------------------------------------------------------------------------
@@ -139,7 +141,8 @@ def match_action(text: str, actions: list[str]) -> tuple[AgentAction | None, str
     to a merely similar action would turn "open door to kitchen" into "move orange to kitchen".
     """
     m = _ACTION_LINE.search(text)
-    candidate = (m.group(1) if m else text).strip().splitlines()[0].strip().strip(".'\"`").lower() if text.strip() else ""
+    reply = (m.group(1) if m else text).strip()
+    candidate = reply.splitlines()[0].strip().strip(".'\"`").lower() if reply else ""
     if not candidate:
         return None, "empty reply"
     if candidate.startswith("rollback"):
