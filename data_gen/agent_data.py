@@ -51,6 +51,9 @@ class AgentDataSource:
     # actions (lost, score drop) are recovered into memory; only rows with a lesson in memory are kept.
     mistakes_of: str = ""
     policy_mode: str = "generate"  # how the agent acts at inference: rank or generate
+    # Times each train episode of this source is written (validation: once). Oversamples a small
+    # source, such as the few own-mistake rows among hundreds of expert rows.
+    repeat: int = 1
 
 
 @dataclass
@@ -68,6 +71,8 @@ class AgentDataConfig:
     def __post_init__(self) -> None:
         for source in self.sources:
             guard_split(source.split)
+            if source.repeat < 1:
+                raise UserInputError(f"repeat must be at least 1, not {source.repeat}")
         for name in ("detour_share", "recovered_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1]")
@@ -185,7 +190,10 @@ def build_agent_data(cfg: AgentDataConfig) -> dict[str, int]:
                 detour = rng.random() if rng.random() < cfg.detour_share else None
                 recover = rng.random() < cfg.recovered_share
                 rows = expert_episode(env, spec, detour, cfg.max_steps, rng, tuple(source.opening), recover, agent)
-                (validation if spec.key in held_out else train).extend(rows)
+                if spec.key in held_out:
+                    validation.extend(rows)
+                else:
+                    train.extend(rows * source.repeat)
         finally:
             env.close()
     if not train:

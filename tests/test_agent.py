@@ -190,3 +190,18 @@ def test_mistakes_of_must_name_an_llm_agent(tmp_path: Path) -> None:
     source = AgentDataSource("builtin", ["workshop-2"], "train", "0", mistakes_of="heuristic")
     with pytest.raises(UserInputError, match="mistakes_of must name an LLM agent as 'llm:"):
         build_agent_data(AgentDataConfig(sources=[source], out=str(tmp_path)))
+
+
+def test_repeat_oversamples_train_episodes_only(tmp_path: Path) -> None:
+    from datasets import load_from_disk
+
+    def rows(repeat: int) -> tuple[int, int]:
+        source = AgentDataSource("builtin", ["workshop-2"], "train", "0-6", repeat=repeat)
+        build_agent_data(AgentDataConfig(sources=[source], out=str(tmp_path / str(repeat)), detour_share=0.0))
+        d = load_from_disk(str(tmp_path / str(repeat) / "agent_sft"))
+        return len(d["train"]), len(d["validation"])
+
+    (train1, val1), (train3, val3) = rows(1), rows(3)
+    assert train3 == 3 * train1 and val3 == val1 > 0
+    with pytest.raises(UserInputError, match="repeat must be at least 1"):
+        AgentDataConfig(sources=[AgentDataSource("builtin", ["workshop-2"], "train", "0", repeat=0)])
