@@ -73,6 +73,9 @@ class AgentDataConfig:
             guard_split(source.split)
             if source.repeat < 1:
                 raise UserInputError(f"repeat must be at least 1, not {source.repeat}")
+            if source.mistakes_of and not (source.mistakes_of.startswith("llm:") and source.mistakes_of[4:]):
+                raise UserInputError(f"mistakes_of must name an LLM agent as 'llm:<adapter folder or model>', not "
+                                     f"'{source.mistakes_of}' (train one first: rir train agent-sft)")
         for name in ("detour_share", "recovered_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1]")
@@ -146,14 +149,10 @@ def expert_episode(env: Any, task: TaskSpec, detour: float | None, max_steps: in
 
 
 def _agent(spec: str, mode: str) -> LLMPolicy:
-    """The trained agent whose own mistakes a DAgger source records."""
-    kind, _, model = spec.partition(":")
-    if kind != "llm" or not model:
-        raise UserInputError(f"mistakes_of must name an LLM agent as 'llm:<adapter folder or model>', not '{spec}' "
-                             "(train one first: rir train agent-sft)")
+    """The trained agent whose own mistakes a DAgger source records (`llm:<adapter or model>`)."""
     from rir_runtime.llm import make_backend
 
-    return LLMPolicy(make_backend(model), mode, name=spec)  # type: ignore[arg-type]  # it checks the mode
+    return LLMPolicy(make_backend(spec.removeprefix("llm:")), mode, name=spec)  # type: ignore[arg-type]
 
 
 def _own_action(agent: Policy, task: TaskSpec, objective: str, memory: ReflectionMemory,

@@ -187,9 +187,10 @@ def test_own_mistakes_are_recovered_into_memory_and_only_lesson_rows_kept() -> N
 
 
 def test_mistakes_of_must_name_an_llm_agent(tmp_path: Path) -> None:
-    source = AgentDataSource("builtin", ["workshop-2"], "train", "0", mistakes_of="heuristic")
-    with pytest.raises(UserInputError, match="mistakes_of must name an LLM agent as 'llm:"):
-        build_agent_data(AgentDataConfig(sources=[source], out=str(tmp_path)))
+    for spec in ("heuristic", "llm:"):
+        source = AgentDataSource("builtin", ["workshop-2"], "train", "0", mistakes_of=spec)
+        with pytest.raises(UserInputError, match="mistakes_of must name an LLM agent as 'llm:"):
+            AgentDataConfig(sources=[source], out=str(tmp_path))
 
 
 def test_repeat_oversamples_train_episodes_only(tmp_path: Path) -> None:
