@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from itertools import pairwise
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ class MistakeReport:
     categories: Counter = field(default_factory=Counter)
     restores: Counter = field(default_factory=Counter)
     examples: dict[str, str] = field(default_factory=dict)
+    after_restore: Counter = field(default_factory=Counter)  # (method, what the agent did next)
 
 
 def branches(events: list[dict[str, Any]], stop_reason: str) -> list[Branch]:
@@ -68,6 +70,18 @@ def branches(events: list[dict[str, Any]], stop_reason: str) -> list[Branch]:
             out.append(Branch(steps, "restore", event["to"]))
             steps = steps[: event["to"]]
     out.append(Branch(steps, stop_reason))
+    return out
+
+
+def after_restores(parts: list[Branch]) -> Counter:
+    """What the agent did at each restore point: the abandoned branch's action again, or another.
+    A greedy agent in a restored state repeats itself unless its memory changes its mind, so this
+    measures whether the memory is read at all."""
+    out: Counter = Counter()
+    for old, new in pairwise(parts):
+        r = old.restore_to
+        if r is not None and r < len(old.steps) and r < len(new.steps):
+            out["the abandoned action again" if new.actions[r] == old.actions[r] else "another action"] += 1
     return out
 
 
@@ -121,7 +135,10 @@ def analyse(run: Path) -> MistakeReport:
             env = envs.get(rec["env"]) or envs.setdefault(rec["env"], make_env(rec["env"]))
             task = TaskSpec(rec["env"], rec["task"], rec["split"], rec["variation"])
             probe = ValueProbe(env)
-            for branch in branches(rec["events"], rec["stop_reason"]):
+            parts = branches(rec["events"], rec["stop_reason"])
+            for what, n in after_restores(parts).items():
+                report.after_restore[(rec.get("method", "?"), what)] += n
+            for branch in parts:
                 if branch.ended_by == "won":
                     continue
                 try:
@@ -156,6 +173,12 @@ def markdown(report: MistakeReport, run: Path) -> str:
     lines += ["", "Restores, against the first fatal step of the branch they abandoned:", "",
               "| restore | count |", "| --- | ---: |"]
     lines += [f"| {c} | {n} |" for c, n in report.restores.most_common()] or ["| (no restores) | 0 |"]
+    if report.after_restore:
+        methods = sorted({m for m, _ in report.after_restore})
+        lines += ["", "The agent's next action at the restore point (does the kept memory change it?):", "",
+                  "| method | the abandoned action again | another action |", "| --- | ---: | ---: |"]
+        lines += [f"| {m} | {report.after_restore[(m, 'the abandoned action again')]} | "
+                  f"{report.after_restore[(m, 'another action')]} |" for m in methods]
     return "\n".join(lines) + "\n"
 
 

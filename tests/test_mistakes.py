@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from eval.mistakes import analyse, branches, categorize, main
+from eval.mistakes import after_restores, analyse, branches, categorize, main
 from rir_runtime.errors import UserInputError
 from rir_runtime.jobs import SelectionConfig, expand_jobs, run_jobs
 
@@ -17,6 +17,17 @@ def test_branches_split_at_restores() -> None:
     parts = branches(events, "won")
     assert [(b.actions, b.ended_by, b.restore_to) for b in parts] == [(list("abcd"), "restore", 1),
                                                                       (["a", "e"], "won", None)]
+
+
+def test_after_restores_tells_a_repeated_action_from_a_new_one() -> None:
+    def steps(actions: str) -> list[dict]:
+        return [{"type": "step", "action": a} for a in actions]
+
+    def restore(to: int, k: int) -> list[dict]:
+        return [{"type": "restore", "to": to, "k": k}]
+
+    events = steps("abc") + restore(1, 2) + steps("bd") + restore(1, 2) + steps("e") + restore(2, 0)
+    assert after_restores(branches(events, "lost")) == {"the abandoned action again": 1, "another action": 1}
 
 
 def test_categories_name_the_fatal_verb_or_the_loop() -> None:
