@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
-from itertools import pairwise
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
