@@ -124,15 +124,14 @@ def expert_episode(env: Any, task: TaskSpec, detour: float | None, max_steps: in
             detoured = history + (wrong_step,)
             if agent is not None and not (result.lost or result.score < score):
                 env.restore(before)  # another route, not a mistake: the expert's label stands as is
+            elif agent is not None or recover or not env.expert_replans:
+                memory.add(_reflection(obs.objective, memory, detoured, len(history)))
+                env.restore(before)
             else:
-                if agent is not None or recover or not env.expert_replans:
-                    memory.add(_reflection(obs.objective, memory, detoured, len(history)))
-                    env.restore(before)
-                else:
-                    history, observation = detoured, result.observation
-                    if result.done or not env.expert_actions():
-                        break  # an unrecoverable detour teaches nothing about getting back on track
-                    continue
+                history, observation = detoured, result.observation
+                if result.done or not env.expert_actions():
+                    break  # an unrecoverable detour teaches nothing about getting back on track
+                continue
         prompt = agent_prompt(obs.objective, memory.render(), history, observation, actions)
         if agent is None or memory.failures:  # an agent's rows without a lesson repeat plain cloning
             meta = {"env": task.env, "task": task.task, "split": task.split, "variation": task.variation,
