@@ -317,3 +317,22 @@ def test_cli_passes_flags_to_the_stage_parser(tmp_path: Path) -> None:
     cfg.write_text("lora_rr: 8\n")
     with pytest.raises(UserInputError, match="Did you mean 'lora_r'"):
         cmd_train(parser.parse_args(["train", "dpo", "--config", str(cfg)]))
+
+
+@pytest.mark.parametrize("stage", ["sft", "dpo", "agent-sft"])
+def test_accelerate_launcher_runs_an_importable_module(stage: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--launcher accelerate` relaunches `python -m train.<module>`: agent-sft's module is agent_sft."""
+    import argparse
+    import importlib.util
+
+    import train.cli as cli
+
+    launched: list[list[str]] = []
+    monkeypatch.setattr(cli.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
+    parser = argparse.ArgumentParser(prog="rir")
+    cli.add_train_commands(parser.add_subparsers(dest="command"))
+    assert cli.cmd_train(parser.parse_args(["train", stage, "--launcher", "accelerate", "--max-steps", "3"])) == 0
+    cmd = launched[0]
+    module = cmd[cmd.index("-m", cmd.index("--config_file")) + 1]
+    assert importlib.util.find_spec(module) is not None, module
+    assert cmd[-2:] == ["--max-steps", "3"]

@@ -22,7 +22,8 @@ from rir_runtime.errors import UserInputError
 
 STAGES = {"sft": "supervised fine-tuning of a controller LoRA adapter on the *_sft datasets",
           "dpo": "preference tuning (DPO) of a controller adapter on the *_pref datasets, from an SFT adapter",
-          "agent-sft": "behaviour-clone the base agent on expert trajectories (train splits); loads as --policy llm:<dir>"}
+          "agent-sft": ("behaviour-clone the base agent on expert trajectories (train splits); "
+                        "loads as --policy llm:<dir>")}
 LAUNCHERS = ("python", "accelerate")
 DEFAULT_ACCELERATE_CONFIG = "configs/accelerate/single_gpu.yaml"
 
@@ -66,7 +67,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise UserInputError(f"accelerate config {acc_config} does not exist: pass --accelerate-config "
                                  "configs/accelerate/<single_gpu|multi_gpu|fsdp|deepspeed_zero2>.yaml")
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", acc_config,
-               "-m", f"train.{stage}", *argv]
+               "-m", f"train.{stage.replace('-', '_')}", *argv]  # agent-sft lives in train/agent_sft.py
         print("launching:", " ".join(cmd), file=sys.stderr)
         return subprocess.call(cmd)
     from train.common import parse_train_args
