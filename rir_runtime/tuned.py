@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rir_runtime.errors import ModelLoadError, UserInputError
-from rir_runtime.llm.backends import TransformersBackend
+from rir_runtime.llm.backends import TransformersBackend, default_device
 from rir_runtime.prompts import PROMPT_FORMAT_VERSION
 
 CARD = "rir_controller.json"
@@ -123,7 +123,7 @@ def load_tuned_backend(adapter_dir: str, merge: bool = False, device: str | None
     if num_threads:  # as TransformersBackend: process-wide
         torch.set_num_threads(num_threads)
     adapter_dir = adapter_dir.removeprefix("tuned:")
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or default_device()
     model, tokenizer, card = load_tuned_model(adapter_dir, merge=merge, device=device, dtype=dtype, expect=expect)
     backend = TunedBackend(model, tokenizer, f"tuned:{adapter_dir}", device, max_batch_size)
     backend.card = card

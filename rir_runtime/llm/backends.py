@@ -49,6 +49,13 @@ def truncate_at_stop(text: str, stop: list[str] | None) -> str:
     return text[: min(cuts)] if cuts else text
 
 
+def default_device() -> str:
+    """`cuda` when a GPU is visible, else `cpu`: local models run where the machine is fastest."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 class TransformersBackend:
     """A local causal LM: many prompts per `generate` call, left padding, greedy at temperature 0."""
 
@@ -57,10 +64,11 @@ class TransformersBackend:
     _stop_strings_ok = True
     _prefix_cache_ok = True
 
-    def __init__(self, model_name_or_path: str, dtype: Any = "auto", device: str = "cpu",
+    def __init__(self, model_name_or_path: str, dtype: Any = "auto", device: str | None = None,
                  max_batch_size: int = 16, num_threads: int | None = None) -> None:
         from rir_runtime.llm.registry import load_model_and_tokenizer
 
+        device = device or default_device()
         if num_threads:  # process-wide; 1 per worker avoids OpenMP spin-wait collapse on a busy CPU
             import torch
 
