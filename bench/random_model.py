@@ -1,7 +1,7 @@
 """A model folder with random weights of a real shape, so `rir train` can be timed on a GPU offline.
 
-    python bench/random_model.py --tokenizer .cache/rir/models/smollm2-135m-instruct --out /tmp/m135
-    python bench/random_model.py --tokenizer .cache/rir/models/smollm2-135m-instruct --shape 0.5b --out /tmp/q05
+    python bench/random_model.py --tokenizer ~/.cache/rir/models/smollm2-135m-instruct --out /tmp/m135
+    python bench/random_model.py --tokenizer ~/.cache/rir/models/smollm2-135m-instruct --shape 0.5b --out /tmp/q05
     rir train agent-sft --config configs/train/agent_sft_qwen2.5-0.5b.yaml --model /tmp/q05 ...
 
 Why: throughput and memory depend on the shape alone, so a timed training run on this folder costs
