@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.hindsight import branch_snapshots
+from eval.summary import method_key
 from rir_runtime.envs import TaskSpec, make_env
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import RestoreError, UserInputError
@@ -50,12 +51,16 @@ class Branch:
         return [s.action for s in self.steps]
 
 
+LANDED_BEFORE, LANDED_AFTER = "landed at or before the fatal step", "landed after it"
+NO_FATAL_STEP = "no fatal step in the abandoned branch"
+
+
 @dataclass
 class MistakeReport:
     categories: Counter = field(default_factory=Counter)
-    restores: Counter = field(default_factory=Counter)
+    restores: Counter = field(default_factory=Counter)  # (method/controller, where the restore landed)
     examples: dict[str, str] = field(default_factory=dict)
-    after_restore: Counter = field(default_factory=Counter)  # (method, what the agent did next)
+    after_restore: Counter = field(default_factory=Counter)  # (method/controller, what the agent did next)
 
 
 def branches(events: list[dict[str, Any]], stop_reason: str) -> list[Branch]:
@@ -136,8 +141,9 @@ def analyse(run: Path) -> MistakeReport:
             task = TaskSpec(rec["env"], rec["task"], rec["split"], rec["variation"])
             probe = ValueProbe(env)
             parts = branches(rec["events"], rec["stop_reason"])
+            who = method_key(rec)  # the controller chose the restore points: compare them apart
             for what, n in after_restores(parts).items():
-                report.after_restore[(rec.get("method", "?"), what)] += n
+                report.after_restore[(who, what)] += n
             for branch in parts:
                 if branch.ended_by == "won":
                     continue
@@ -151,9 +157,9 @@ def analyse(run: Path) -> MistakeReport:
                     report.examples.setdefault(reason, task.key)
                     continue
                 if branch.ended_by == "restore":
-                    landed = "no fatal step in the abandoned branch" if fatal is None else (
-                        "landed at or before the fatal step" if branch.restore_to <= fatal else "landed after it")
-                    report.restores[landed] += 1
+                    landed = NO_FATAL_STEP if fatal is None else (
+                        LANDED_BEFORE if branch.restore_to <= fatal else LANDED_AFTER)
+                    report.restores[(who, landed)] += 1
                 else:
                     category = categorize(branch.actions, fatal)
                     report.categories[category] += 1
@@ -170,13 +176,15 @@ def markdown(report: MistakeReport, run: Path) -> str:
     lines = [f"# Mistakes in {run}", "", "Failed episodes by the first fatal step of their final branch:", "",
              "| category | episodes | example |", "| --- | ---: | --- |"]
     lines += [f"| {c} | {n} | {report.examples[c]} |" for c, n in report.categories.most_common()]
+    landings = (LANDED_BEFORE, LANDED_AFTER, NO_FATAL_STEP)
     lines += ["", "Restores, against the first fatal step of the branch they abandoned:", "",
-              "| restore | count |", "| --- | ---: |"]
-    lines += [f"| {c} | {n} |" for c, n in report.restores.most_common()] or ["| (no restores) | 0 |"]
+              "| method / controller | " + " | ".join(landings) + " |", "| --- |" + " ---: |" * len(landings)]
+    lines += [f"| {m} | " + " | ".join(str(report.restores[(m, c)]) for c in landings) + " |"
+              for m in sorted({m for m, _ in report.restores})] or ["| (no restores) |" + " 0 |" * len(landings)]
     if report.after_restore:
         methods = sorted({m for m, _ in report.after_restore})
         lines += ["", "The agent's next action at the restore point (does the kept memory change it?):", "",
-                  "| method | the abandoned action again | another action |", "| --- | ---: | ---: |"]
+                  "| method / controller | the abandoned action again | another action |", "| --- | ---: | ---: |"]
         lines += [f"| {m} | {report.after_restore[(m, 'the abandoned action again')]} | "
                   f"{report.after_restore[(m, 'another action')]} |" for m in methods]
     return "\n".join(lines) + "\n"

@@ -53,7 +53,9 @@ def test_fatal_steps_found_in_hindsight_are_the_injected_errors(tmp_path) -> Non
         steps = [e for e in rec["events"] if e["type"] == "step"]
         index = int(where.split()[0])
         assert any(s["injected_error"] for s in steps if s["t"] - 1 == index)
-    assert main(str(tmp_path)) == 0 and (tmp_path / "mistakes.md").is_file()
+    # restores are told apart by the controller that chose them; react never restores
+    assert report.restores and {who for who, _ in report.restores} == {"rir/heuristic"}
+    assert main(str(tmp_path)) == 0 and "| rir/heuristic |" in (tmp_path / "mistakes.md").read_text()
 
 
 def test_missing_run_is_a_clear_error(tmp_path) -> None:
