@@ -258,7 +258,8 @@ class EpisodeRunner:
             decision = self._decide(ep, "reflect", self._context(ep, "reflect", restore_point=r))
             reflection = decision.value if decision else Reflection()
             ep.memory.add(reflection)
-            ep.log("reflect", restore_point=r, reflection=reflection.to_json(), memory=ep.memory.snapshot())
+            ep.log("reflect", restore_point=r, reflection=reflection.to_json(), memory=ep.memory.snapshot(),
+                   fallback=decision is None or bool(decision.meta.get("fallback")))  # no lesson was parsed
         if r == ep.t and not ep.done:  # k = 0: stay, keep the reflection
             ep.recoveries += 1
             ep.log("restore", to=r, k=0)

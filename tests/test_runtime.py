@@ -276,6 +276,16 @@ def test_only_admissible_checkpoints_are_restored() -> None:
         assert events(r, "locate_fallback") and all(e["to"] < 999 for e in events(r, "restore"))
 
 
+def test_a_reflection_that_could_not_be_parsed_is_logged_as_a_fallback() -> None:
+    class GarbledWhat(AlwaysRecover):
+        def reflect(self, ctx):
+            return Decision("reflect", Reflection(), "{not json", parse_failures=2, meta={"fallback": True})
+
+    reflects = events(run("rir", TASKS[0], GarbledWhat()), "reflect")
+    assert reflects and all(e["fallback"] for e in reflects)
+    assert not any(e["fallback"] for e in events(run("rir", TASKS[0], AlwaysRecover()), "reflect"))
+
+
 def test_eval_resumes_without_duplicates(tmp_path) -> None:
     cfg = SelectionConfig(env="builtin", tasks=["workshop-2"], variations="0-5", methods=["react", "rir"],
                           out=str(tmp_path))
