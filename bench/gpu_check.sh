@@ -38,6 +38,7 @@ PY
 cat "$out/versions.txt"
 
 stamp() { echo "== $(date +%T) $*"; }
+last_state() { cp "$(ls -d "$1"/checkpoint-* | sort -V | tail -1)/trainer_state.json" "$2"; }  # newest checkpoint
 stamp "1. raw throughput"
 python3 bench/train_throughput.py "${bench[@]}" | tee "$out/throughput.json"
 
@@ -47,7 +48,7 @@ SECONDS=0
 rir train agent-sft --config configs/train/agent_sft_cpu.yaml --agent-data configs/build/agent_data_dagger.yaml \
   --model /tmp/m135 --data "$data" --output_dir /tmp/runs/agent-135m "${gpu[@]}" --max-steps "$steps135"
 stamp "2. done in ${SECONDS}s"
-cp /tmp/runs/agent-135m/checkpoint-*/trainer_state.json "$out/trainer_state_135m.json" 2>/dev/null || true
+last_state /tmp/runs/agent-135m "$out/trainer_state_135m.json"
 
 stamp "3. agent-sft, Qwen2.5-0.5B config, accelerate launch"
 python3 bench/random_model.py --tokenizer "$tok" --shape "$shape05" --out /tmp/q05
@@ -56,7 +57,7 @@ rir train agent-sft "${launcher[@]}" --config configs/train/agent_sft_qwen2.5-0.
   --agent-data configs/build/agent_data_dagger.yaml --model /tmp/q05 --data "$data" --output_dir /tmp/runs/agent-q05 \
   "${q05_extra[@]}"
 stamp "3. done in ${SECONDS}s"
-cp "$(ls -d /tmp/runs/agent-q05/checkpoint-* | sort -V | tail -1)/trainer_state.json" "$out/trainer_state_0.5b.json"
+last_state /tmp/runs/agent-q05 "$out/trainer_state_0.5b.json"
 
 stamp "4. the 135M-shape adapter as a policy in rir eval"
 SECONDS=0

@@ -19,21 +19,17 @@ import shutil
 from pathlib import Path
 
 import torch
-from train_throughput import SHAPES
+from train_throughput import SHAPES, qwen_config
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 
 
 def random_config(tokenizer_dir: Path, shape: str):  # -> PretrainedConfig
-    from transformers import AutoConfig, AutoTokenizer, Qwen2Config
+    from transformers import AutoConfig, AutoTokenizer
 
     if shape == "same":
         return AutoConfig.from_pretrained(tokenizer_dir)
-    hidden, inter, layers, heads, kv, vocab, tied = SHAPES[shape]
-    vocab = max(vocab, len(AutoTokenizer.from_pretrained(tokenizer_dir)))  # every token id must have a row
-    return Qwen2Config(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                       num_attention_heads=heads, num_key_value_heads=kv, vocab_size=vocab,
-                       tie_word_embeddings=tied, max_position_embeddings=32768, rope_theta=1e6)
+    return qwen_config(shape, min_vocab=len(AutoTokenizer.from_pretrained(tokenizer_dir)))  # a row per token id
 
 
 def main(argv: list[str] | None = None) -> None:

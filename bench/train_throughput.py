@@ -54,15 +54,22 @@ def peak_flops(device: torch.device) -> tuple[str, float | None]:
     return name, None
 
 
-def build_model(shape: str, device: torch.device, dtype: torch.dtype, lora_r: int, checkpointing: bool) -> Any:
-    from peft import LoraConfig, get_peft_model
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def qwen_config(shape: str, min_vocab: int = 0) -> Any:
+    """Qwen2Config of a named shape; the vocabulary grows to `min_vocab` (a tokenizer's) if larger."""
+    from transformers import Qwen2Config
 
     hidden, inter, layers, heads, kv, vocab, tied = SHAPES[shape]
-    config = Qwen2Config(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=kv, vocab_size=vocab,
-                         tie_word_embeddings=tied, max_position_embeddings=32768, rope_theta=1e6,
-                         attn_implementation="sdpa")
+    return Qwen2Config(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                       num_attention_heads=heads, num_key_value_heads=kv, vocab_size=max(vocab, min_vocab),
+                       tie_word_embeddings=tied, max_position_embeddings=32768, rope_theta=1e6,
+                       attn_implementation="sdpa")
+
+
+def build_model(shape: str, device: torch.device, dtype: torch.dtype, lora_r: int, checkpointing: bool) -> Any:
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2ForCausalLM
+
+    config = qwen_config(shape)
     torch.manual_seed(0)
     with torch.device(device):
         model = Qwen2ForCausalLM(config).to(dtype)
