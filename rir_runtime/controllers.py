@@ -22,6 +22,7 @@ from typing import Protocol
 from rir_runtime.decisions import Decision, DecisionKind, Failure, Reflection, Review, dump, parse
 from rir_runtime.errors import ParseError, UnknownNameError
 from rir_runtime.prompts import DecisionContext, fit_decision
+from rir_runtime.structured import fill_reflection
 
 # Verbs that only look or move: a failure is rarely caused by them.
 PASSIVE_VERBS = {"look", "inventory", "examine", "read", "go", "wait", "check", "task", "score", "teleport",
@@ -224,7 +225,9 @@ class PromptedController:
     With `rank=True` (the default when the backend can score) review and locate decisions pick
     the most likely answer of their closed set in one scored forward pass, so a small model never
     produces an unparseable verdict and a CPU spends one prefill per decision instead of a
-    decoding loop. Reflections are always generated (open text), parsed, retried once.
+    decoding loop; reflections are then filled into a fixed JSON skeleton (`structured.py`), so
+    they always parse. Without scoring (a remote server) every decision is generated as free
+    text, parsed, retried once.
     """
 
     uses_model = True
@@ -239,7 +242,9 @@ class PromptedController:
 
     def _ask(self, kind: DecisionKind, ctx: DecisionContext) -> Decision:
         messages = fit_decision(kind, ctx, self.max_prompt_tokens)
-        if self.rank and kind != "reflect":
+        if self.rank and kind == "reflect":
+            return fill_reflection(self.backend, messages, ctx)
+        if self.rank:
             options = candidates(kind, ctx)
             if options:
                 scores = self.backend.score(messages, [text for text, _ in options])  # type: ignore[attr-defined]

@@ -90,13 +90,15 @@ def dump(kind: DecisionKind, value: Any) -> str:
 
 
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+# The prompt's schema shows lists as `[<reusable facts>]`; small models copy that placeholder verbatim.
+_COPIED_LIST_PLACEHOLDER = re.compile(r"\[\s*<[^<>\[\]]*>\s*\]")
 
 
 def _load_object(text: str) -> dict[str, Any]:
     match = _JSON_OBJECT.search(text or "")
     if not match:
         raise ParseError("no JSON object found in the reply; answer with one JSON object only")
-    candidate = match.group(0)
+    candidate = _COPIED_LIST_PLACEHOLDER.sub("[]", match.group(0))  # a copied placeholder says nothing: empty
     # Models often add trailing prose after the object; shrink from the right until it parses.
     for end in range(len(candidate), 0, -1):
         if candidate[end - 1] != "}":

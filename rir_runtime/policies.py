@@ -162,17 +162,24 @@ def match_action(text: str, actions: list[str]) -> tuple[AgentAction | None, str
     return None, f"'{candidate}' is not a valid action"
 
 
+MODES = ("rank", "generate", "constrain")
+
+
 class LLMPolicy:
     """ReAct-style LLM agent over a backend.
 
     `rank` scores every admissible action by the model's log-likelihood in one batched forward
     pass (the usual choice for small models); `generate` samples free text, parsed and matched to
-    the admissible actions, retried once with the error shown, else the first admissible action.
+    the admissible actions, retried once with the error shown, else the first admissible action;
+    `constrain` decodes greedily but can only spell an admissible action or the rollback tool (on
+    ScienceWorld's ~1000 actions, where ranking them all is too slow and free text names objects
+    that are not there).
     """
 
-    def __init__(self, backend: object, mode: Literal["rank", "generate"] = "rank", name: str = "llm") -> None:
-        if mode not in ("rank", "generate"):
-            raise UnknownNameError("LLM action mode", mode, ["rank", "generate"])
+    def __init__(self, backend: object, mode: Literal["rank", "generate", "constrain"] = "rank",
+                 name: str = "llm") -> None:
+        if mode not in MODES:
+            raise UnknownNameError("LLM action mode", mode, list(MODES))
         self.backend, self.mode, self.name = backend, mode, name
 
     def act(self, ctx: AgentContext) -> AgentAction:
@@ -184,6 +191,13 @@ class LLMPolicy:
             best = max(range(len(ctx.actions)), key=lambda i: scores[i])
             tokens = sum(len(m["content"]) for m in messages) // 4  # scoring reports no usage; estimate
             return AgentAction("task", ctx.actions[best], prompt_tokens=tokens)
+        if self.mode == "constrain":
+            choices = [f"Action: {a}" for a in ctx.actions] + ["Action: rollback"]
+            best, completion = self.backend.choose(messages, choices)  # type: ignore[attr-defined]
+            action = (AgentAction("rollback", "rollback") if best == len(ctx.actions)
+                      else AgentAction("task", ctx.actions[best]))
+            return AgentAction(action.kind, action.text, prompt_tokens=completion.prompt_tokens,
+                               completion_tokens=completion.completion_tokens)
         p_tok = c_tok = 0
         for attempt in range(2):
             completion = self.backend.generate([messages], max_new_tokens=40, stop=["\n"])[0]  # type: ignore[attr-defined]

@@ -91,9 +91,13 @@ def test_tiny_agent_adapter_trains_loads_as_policy_and_acts(agent_adapter: Path)
     assert card["kind"] == "agent" and card["decision_types"] == ["agent"]
     env = WorkshopEnv()
     obs = env.reset(TaskSpec("builtin", "workshop-2", "dev", 0))
-    policy = LLMPolicy(make_backend(str(agent_adapter)), "rank")
-    act = policy.act(AgentContext("x", obs.objective, ReflectionMemory(), (), obs.text, env.admissible_actions))
-    assert act.kind == "task" and act.text in env.admissible_actions()
+    backend = make_backend(str(agent_adapter))
+    ctx = AgentContext("x", obs.objective, ReflectionMemory(), (), obs.text, env.admissible_actions)
+    ranked = LLMPolicy(backend, "rank").act(ctx)
+    assert ranked.kind == "task" and ranked.text in env.admissible_actions()
+    spelled = LLMPolicy(backend, "constrain").act(ctx)  # the PEFT model under a token trie
+    assert spelled.kind == "rollback" or spelled.text in env.admissible_actions()
+    assert spelled.completion_tokens > 1 and not spelled.parse_failure
 
 
 def test_agent_and_controller_adapters_are_not_interchangeable(agent_adapter: Path) -> None:

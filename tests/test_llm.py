@@ -94,6 +94,45 @@ def test_score_ranks_and_matches_single(tiny: TransformersBackend) -> None:
         assert got == pytest.approx(ref, abs=1e-3)
 
 
+def test_choose_spells_only_a_choice_and_follows_the_greedy_path(tiny: TransformersBackend) -> None:
+    import torch
+
+    prompt = PROMPTS[1]
+    # a shared prefix, a choice that is a prefix of another, and junk the random model might prefer
+    choices = ["go north", "go north east", "open door", "take key", "go north"]
+    best, completion = tiny.choose(prompt, choices)
+    assert completion.text == choices[best] and best != 4  # a duplicate keeps its first index
+    tokens = tiny.tokenizer(choices[best], add_special_tokens=False)["input_ids"]
+    assert completion.completion_tokens == len(tokens) + 1  # the choice, then EOS
+    # the trie's greedy path: at every step the best-scoring token among those that continue a choice
+    head, path = tiny._encode(prompt), []
+    eos = tiny.tokenizer.eos_token_id
+    spelled = [tiny.tokenizer(c, add_special_tokens=False)["input_ids"] + [eos] for c in choices]
+    while not path or path[-1] != eos:
+        allowed = {s[len(path)] for s in spelled if s[: len(path)] == path and len(s) > len(path)}
+        with torch.no_grad():
+            logits = tiny.model(torch.tensor([head + path])).logits[0, -1]
+        path.append(max(allowed, key=lambda t: float(logits[t])))
+    assert path[:-1] == tokens
+    only, _ = tiny.choose(prompt, ["a phrase the random model would never write"])
+    assert only == 0
+
+
+def test_a_begun_assistant_reply_is_continued_and_a_structured_reflection_parses(tiny: TransformersBackend) -> None:
+    from rir_runtime.decisions import parse
+    from rir_runtime.envs.checkpoints import Step
+    from rir_runtime.prompts import DecisionContext
+    from rir_runtime.structured import fill_reflection
+
+    begun = [*PROMPTS[0], {"role": "assistant", "content": '{"failure": {"condition": "'}]
+    assert tiny.tokenizer.decode(tiny._encode(begun)).endswith('<|im_start|>assistant\n{"failure": {"condition": "')
+    steps = (Step(0, "take key", "Taken.", 0.0), Step(1, "eat key", "You can't.", 0.0))
+    ctx = DecisionContext(task="t", objective="Open the door.", memory="", history=steps, observation="x", score=0.0,
+                          restore_point=1)
+    decision = fill_reflection(tiny, PROMPTS[1], ctx)  # a random model's junk, inside a skeleton
+    assert parse("reflect", decision.raw) == decision.value and decision.value.failure.action == "eat key"
+
+
 class _Canned(BaseHTTPRequestHandler):
     seen: list[dict] = []
 

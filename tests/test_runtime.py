@@ -385,3 +385,69 @@ def test_failure_signals_say_which_are_urgent_between_scheduled_reviews() -> Non
     assert error is not None and not error.urgent  # waits for the schedule
     stall = signal(*(Step(i, f"look {i}", "You see a room.", 0.0) for i in range(10)))
     assert stall is not None and stall.text == "no progress in 8 steps" and not stall.urgent
+
+
+def test_reflection_parser_reads_copied_placeholders_as_empty_and_still_refuses_junk() -> None:
+    from rir_runtime.decisions import parse
+    from rir_runtime.errors import ParseError
+
+    copied = ('{"env_knowledge": [<reusable facts>], "milestones": [ <progress reached> ], "failure": '
+              '{"condition": "in the hallway", "action": "focus on baby elephant", "outcome": "lost", '
+              '"lesson": "focus on the animal that lives longest"}} and some prose')
+    reflection = parse("reflect", copied)
+    assert reflection.env_knowledge == () and reflection.milestones == ()
+    assert reflection.failure == Failure("in the hallway", "focus on baby elephant", "lost",
+                                         "focus on the animal that lives longest")
+    assert parse("reflect", '{"env_knowledge": ["<a fact in brackets> is kept"], "failure": null}').env_knowledge == (
+        "<a fact in brackets> is kept",)
+    with pytest.raises(ParseError, match="malformed"):  # a broken structure is not repaired
+        parse("reflect", '{"env_knowledge": [<reusable facts>], "failure": {"condition": "x"}, {"action": "y"}}')
+
+
+class SlotBackend:
+    """Answers each slot of a structured reflection from a script (cut at the stop string, as real
+    backends do) and ranks by a preferred substring: a narrow stand-in for a model."""
+
+    supports_scoring = True
+
+    def __init__(self, slots: list[str], prefer: str) -> None:
+        self.slots, self.prefer, self.prompts = slots, prefer, []
+
+    def generate(self, prompts, max_new_tokens, stop=None, **kwargs):
+        from rir_runtime.llm.backends import truncate_at_stop
+
+        self.prompts.append(prompts[0])
+        return [FakeCompletion(truncate_at_stop(self.slots.pop(0), stop))]
+
+    def score(self, prompt, continuations):
+        return [1.0 if self.prefer in c else 0.0 for c in continuations]
+
+
+def test_structured_reflection_always_parses_and_blames_an_abandoned_step() -> None:
+    import json
+
+    from rir_runtime.decisions import parse
+    from rir_runtime.envs.checkpoints import Step
+    from rir_runtime.prompts import DecisionContext
+    from rir_runtime.structured import fill_reflection
+
+    steps = (Step(0, "go to outside", "You move.", 25.0), Step(1, "focus on bee", "You focus on the bee.", 0.0),
+             Step(2, "look around", "Nothing.", 0.0))
+    ctx = DecisionContext(task="t", objective="Focus on the animal that lives longest.", memory="", history=steps,
+                          observation="Nothing.", score=0.0, restore_point=1)
+    # a junk list, a list with a quote in an item, then free text for condition / outcome / lesson
+    backend = SlotBackend(['<reusable facts>]', '"score 25 after \'go to outside\'", "a \\"quoted\\" one"] tail',
+                           'outside with a bee and a tortoise" trailing', 'the task was lost"',
+                           'focus on the tortoise instead'], prefer="bee")
+    decision = fill_reflection(backend, [{"role": "user", "content": "reflect"}], ctx)
+    reflection = decision.value
+    assert parse("reflect", decision.raw) == reflection  # the text the model was shown parses back
+    assert json.loads(decision.raw) == reflection.to_json()
+    assert reflection.env_knowledge == () and reflection.milestones == ("score 25 after 'go to outside'", 'a "quoted" one')
+    assert reflection.failure == Failure("outside with a bee and a tortoise", "focus on bee", "the task was lost",
+                                         "focus on the tortoise instead")
+    assert decision.model_calls == 6 and decision.parse_failures == 0
+    assert backend.prompts[-1][-1] == {"role": "assistant", "content": decision.raw[: decision.raw.index('"lesson": "') + 11]}
+    # the step before the restore point is not abandoned, so it cannot be blamed
+    other = fill_reflection(SlotBackend(["]", "]", 'x"', 'y"', 'z"'], prefer="outside"), [], ctx).value
+    assert other.failure is not None and other.failure.action in ("focus on bee", "look around")

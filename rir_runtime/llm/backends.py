@@ -82,10 +82,14 @@ class TransformersBackend:
         self.name = f"transformers:{model_name_or_path}"
 
     def _encode(self, prompt: Prompt) -> list[int]:
-        """Chat messages through the chat template (which adds BOS itself); raw text with specials."""
+        """Chat messages through the chat template (which adds BOS itself); raw text with specials.
+        A chat that ends in an assistant message is a reply begun by the caller: it is continued."""
         if isinstance(prompt, str):
             return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
-        text = self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        if prompt and prompt[-1]["role"] == "assistant":
+            text = self.tokenizer.apply_chat_template(prompt, tokenize=False, continue_final_message=True)
+        else:
+            text = self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[Any, Any, Any]:
@@ -142,6 +146,47 @@ class TransformersBackend:
             text = self.tokenizer.decode(new[:n], skip_special_tokens=True)
             completions.append(Completion(truncate_at_stop(text, stop), len(row), n))
         return completions
+
+    def choose(self, prompt: Prompt, choices: list[str], beams: int = 1) -> tuple[int, Completion]:
+        """Decoding that can only spell one of `choices`: at each step the vocabulary is cut to the
+        tokens that continue some choice (a token trie, closed by EOS). Unlike free text the reply
+        cannot name an object that is not there; unlike ranking, the cost does not grow with the
+        number of choices. `beams` > 1 keeps that many prefixes by summed log-likelihood (length
+        penalty 0), so the pick approaches ranking's: greedy commits to the likeliest first word."""
+        import torch
+
+        head = self._encode(prompt)
+        eos = self.tokenizer.eos_token_id
+        trie: dict[int, dict] = {}
+        index: dict[tuple[int, ...], int] = {}
+        for i, ids in enumerate(self.tokenizer(choices, add_special_tokens=False)["input_ids"]):
+            if tuple(ids) in index or not ids:
+                continue
+            index[tuple(ids)] = i
+            node = trie
+            for token in [*ids, eos]:
+                node = node.setdefault(token, {})
+        if not index:
+            raise RIRError("constrained decoding needs at least one non-empty choice")
+
+        def allowed(_batch: int, ids: Any) -> list[int]:
+            node = trie
+            for token in ids[len(head):].tolist():
+                node = node.get(token, {})
+            return list(node) or [eos]
+
+        ids = torch.tensor([head], device=self.device)
+        with torch.inference_mode():
+            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                      prefix_allowed_tokens_fn=allowed, max_new_tokens=max(map(len, index)) + 1,
+                                      eos_token_id=eos, pad_token_id=self.tokenizer.pad_token_id,
+                                      do_sample=False, temperature=None, top_p=None, top_k=None,
+                                      **({"num_beams": beams, "length_penalty": 0.0} if beams > 1 else {}))
+        new = out[0, len(head):].tolist()
+        spelled = tuple(new[: new.index(eos)] if eos in new else new)
+        if spelled not in index:  # cannot happen with a well-formed trie; say so rather than guess
+            raise RIRError(f"constrained decoding spelled {self.tokenizer.decode(spelled)!r}, which is not a choice")
+        return index[spelled], Completion(choices[index[spelled]], len(head), len(new))
 
     def score(self, prompt: Prompt, continuations: list[str]) -> list[float]:
         """The prompt runs once; its KV cache is repeated over a right-padded batch of continuations
@@ -264,6 +309,10 @@ class OpenAIBackend:
             return [self._one(p, max_new_tokens, stop, temperature) for p in prompts]
         with ThreadPoolExecutor(min(self.max_workers, len(prompts))) as pool:
             return list(pool.map(lambda p: self._one(p, max_new_tokens, stop, temperature), prompts))
+
+    def choose(self, prompt: Prompt, choices: list[str]) -> tuple[int, Completion]:
+        raise NotImplementedError(f"{self.name} cannot constrain decoding to a list of choices; use "
+                                  "generate mode or a transformers backend")
 
     def score(self, prompt: Prompt, continuations: list[str]) -> list[float]:
         raise NotImplementedError(f"{self.name} cannot score continuations (chat APIs return no prompt "

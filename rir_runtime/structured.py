@@ -1,0 +1,95 @@
+"""Reflections filled into a fixed JSON skeleton, so a small model's What always parses.
+
+Free generation of the reflection JSON fails on small models: a 135M controller copied the
+prompt's `[<reusable facts>]` placeholder or broke the object's structure on every ScienceWorld
+reflection (docs/results.md). Here the runtime writes the keys and brackets, in the order of the
+training targets (`decisions.dump`), and the model writes only the values:
+
+- the two lists are generated up to their closing `]` and kept if they read as JSON strings;
+- the failure's condition, outcome and lesson are generated up to their closing quote;
+- the failure's action is ranked among the actions of the abandoned branch (the steps from the
+  restore point on), so the record always blames a step that really happened.
+
+It needs a backend that can continue a begun assistant message and score continuations (the
+local transformers backends, tuned adapters included).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rir_runtime.decisions import Decision, Failure, Reflection
+from rir_runtime.prompts import DecisionContext, Messages
+
+SLOT_TOKENS = 64  # one value; the heuristic What's condition and outcome are clipped near this length
+
+
+def abandoned_actions(ctx: DecisionContext) -> list[str]:
+    """The actions a failure record may blame: those of the abandoned branch, else (nothing is
+    abandoned) all of them, in order, without repeats."""
+    steps = ctx.history[ctx.restore_point or 0:] or ctx.history
+    return list(dict.fromkeys(s.action for s in steps))
+
+
+def _as_strings(text: str) -> list[str]:
+    """The items generated inside `[...]`; anything that is not a JSON list of strings reads as empty."""
+    try:
+        items = json.loads(f"[{text}]")
+    except ValueError:
+        return []
+    return [str(i).strip() for i in items if isinstance(i, str) and i.strip()]
+
+
+class _Form:
+    """One reply being written: the runtime appends fixed text, the model appends values."""
+
+    def __init__(self, backend: Any, messages: Messages) -> None:
+        self.backend, self.messages, self.text = backend, messages, ""
+        self.calls = self.prompt_tokens = self.completion_tokens = 0
+
+    def _begun(self) -> Messages:
+        return [*self.messages, {"role": "assistant", "content": self.text}]
+
+    def write(self, fixed: str) -> None:
+        self.text += fixed
+
+    def generate(self, stop: str) -> str:
+        completion = self.backend.generate([self._begun()], max_new_tokens=SLOT_TOKENS, stop=[stop])[0]
+        self.calls += 1
+        self.prompt_tokens += completion.prompt_tokens
+        self.completion_tokens += completion.completion_tokens
+        return completion.text
+
+    def rank(self, options: list[str], close: str) -> str:
+        scores = self.backend.score(self._begun(), [json.dumps(o)[1:-1] + close for o in options])
+        self.calls += 1
+        self.prompt_tokens += sum(len(m["content"]) for m in self._begun()) // 4  # scoring reports no usage
+        return options[max(range(len(options)), key=lambda i: scores[i])]
+
+
+def fill_reflection(backend: Any, messages: Messages, ctx: DecisionContext) -> Decision:
+    """A reflection whose structure the runtime guarantees; the values are the model's."""
+    form = _Form(backend, messages)
+    lists: dict[str, list[str]] = {}
+    for i, key in enumerate(("env_knowledge", "milestones")):
+        form.write(f'{", " if i else "{"}"{key}": [')
+        lists[key] = _as_strings(form.generate("]"))
+        form.write(json.dumps(lists[key])[1:])
+    actions = abandoned_actions(ctx)
+    failure = None
+    if actions:
+        values: dict[str, str] = {}
+        form.write(', "failure": {')
+        for i, key in enumerate(("condition", "action", "outcome", "lesson")):
+            form.write(f'{", " if i else ""}"{key}": "')
+            values[key] = form.rank(actions, '"') if key == "action" else form.generate('"').strip()
+            form.write(json.dumps(values[key])[1:])
+        form.write("}")
+        failure = Failure(**values)
+    else:
+        form.write(', "failure": null')
+    form.write("}")
+    reflection = Reflection(tuple(lists["env_knowledge"]), tuple(lists["milestones"]), failure)
+    return Decision("reflect", reflection, form.text, 0, form.calls, form.prompt_tokens, form.completion_tokens,
+                    {"structured": True})
