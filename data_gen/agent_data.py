@@ -50,7 +50,7 @@ class AgentDataSource:
     # DAgger: a trained agent (`llm:<adapter or model>`) asked at each expert state. Its harmful
     # actions (lost, score drop) are recovered into memory; only rows with a lesson in memory are kept.
     mistakes_of: str = ""
-    policy_mode: str = "generate"  # how the agent acts at inference: rank or generate
+    policy_mode: str = "generate"  # how the agent acts at inference: rank, generate or constrain
     # Times each train episode of this source is written (validation: once). Oversamples a small
     # source, such as the few own-mistake rows among hundreds of expert rows.
     repeat: int = 1

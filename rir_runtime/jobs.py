@@ -21,6 +21,7 @@ from typing import Any
 
 from rir_runtime.envs import ENV_CLASSES, Env, TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.errors import UnknownNameError, UserInputError
+from rir_runtime.policies import MODES
 from rir_runtime.recovery import METHODS, PRESETS
 
 
@@ -35,7 +36,7 @@ class SelectionConfig:
     variations: str = field(default="0-4", metadata={"help": "variation indices within the split: 0-9 or 0,3,5"})
     policy: str = field(default="noisy-expert", metadata={"help": "noisy-expert or llm:<model>"})
     policy_mode: str = field(default="rank", metadata={"help": "LLM action mode",
-                                                       "choices": ["rank", "generate", "constrain"]})
+                                                       "choices": list(MODES)})
     error_rate: float = field(default=0.15, metadata={"help": "error rate of the noisy expert"})
     methods: list[str] = field(default_factory=lambda: list(METHODS), metadata={"help": "comma list of presets"})
     controller: list[str] = field(default_factory=lambda: ["heuristic"], metadata={
