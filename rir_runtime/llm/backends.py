@@ -147,12 +147,12 @@ class TransformersBackend:
             completions.append(Completion(truncate_at_stop(text, stop), len(row), n))
         return completions
 
-    def choose(self, prompt: Prompt, choices: list[str], beams: int = 1) -> tuple[int, Completion]:
-        """Decoding that can only spell one of `choices`: at each step the vocabulary is cut to the
-        tokens that continue some choice (a token trie, closed by EOS). Unlike free text the reply
-        cannot name an object that is not there; unlike ranking, the cost does not grow with the
-        number of choices. `beams` > 1 keeps that many prefixes by summed log-likelihood (length
-        penalty 0), so the pick approaches ranking's: greedy commits to the likeliest first word."""
+    def choose(self, prompt: Prompt, choices: list[str]) -> tuple[int, Completion]:
+        """Greedy decoding that can only spell one of `choices`: at each step the vocabulary is cut
+        to the tokens that continue some choice (a token trie, closed by EOS). Unlike free text the
+        reply cannot name an object that is not there; unlike ranking, the cost does not grow with
+        the number of choices (greedy commits to the likeliest first token; on ScienceWorld it
+        picked what ranking all actions picked, docs/results.md)."""
         import torch
 
         head = self._encode(prompt)
@@ -180,8 +180,7 @@ class TransformersBackend:
             out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                       prefix_allowed_tokens_fn=allowed, max_new_tokens=max(map(len, index)) + 1,
                                       eos_token_id=eos, pad_token_id=self.tokenizer.pad_token_id,
-                                      do_sample=False, temperature=None, top_p=None, top_k=None,
-                                      **({"num_beams": beams, "length_penalty": 0.0} if beams > 1 else {}))
+                                      do_sample=False, temperature=None, top_p=None, top_k=None)
         new = out[0, len(head):].tolist()
         spelled = tuple(new[: new.index(eos)] if eos in new else new)
         if spelled not in index:  # cannot happen with a well-formed trie; say so rather than guess
