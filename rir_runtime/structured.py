@@ -11,7 +11,9 @@ training targets (`decisions.dump`), and the model writes only the values:
   restore point on), so the record always blames a step that really happened.
 
 It needs a backend that can continue a begun assistant message and score continuations (the
-local transformers backends, tuned adapters included).
+local transformers backends, tuned adapters included). The reply counts as one model call against
+B_agent, like any other constrained decode (a server with guided decoding would make it one
+request); its six decoding passes are in `meta["passes"]` and all their tokens are counted.
 """
 
 from __future__ import annotations
@@ -91,5 +93,5 @@ def fill_reflection(backend: Any, messages: Messages, ctx: DecisionContext) -> D
         form.write(', "failure": null')
     form.write("}")
     reflection = Reflection(tuple(lists["env_knowledge"]), tuple(lists["milestones"]), failure)
-    return Decision("reflect", reflection, form.text, 0, form.calls, form.prompt_tokens, form.completion_tokens,
-                    {"structured": True})
+    return Decision("reflect", reflection, form.text, 0, 1, form.prompt_tokens, form.completion_tokens,
+                    {"structured": True, "passes": form.calls})

@@ -446,7 +446,7 @@ def test_structured_reflection_always_parses_and_blames_an_abandoned_step() -> N
     assert reflection.env_knowledge == () and reflection.milestones == ("score 25 after 'go to outside'", 'a "quoted" one')
     assert reflection.failure == Failure("outside with a bee and a tortoise", "focus on bee", "the task was lost",
                                          "focus on the tortoise instead")
-    assert decision.model_calls == 6 and decision.parse_failures == 0
+    assert decision.model_calls == 1 and decision.meta["passes"] == 6 and decision.parse_failures == 0
     assert backend.prompts[-1][-1] == {"role": "assistant", "content": decision.raw[: decision.raw.index('"lesson": "') + 11]}
     # the step before the restore point is not abandoned, so it cannot be blamed
     other = fill_reflection(SlotBackend(["]", "]", 'x"', 'y"', 'z"'], prefer="outside"), [], ctx).value
