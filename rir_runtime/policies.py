@@ -173,7 +173,8 @@ class LLMPolicy:
     the admissible actions, retried once with the error shown, else the first admissible action;
     `constrain` decodes greedily but can only spell an admissible action or the rollback tool (on
     ScienceWorld's ~1000 actions, where ranking them all is too slow and free text names objects
-    that are not there).
+    that are not there). Unlike `generate`, it cannot send an action that the environment accepts
+    but does not list (ScienceWorld's "open door to X" when the door is open).
     """
 
     def __init__(self, backend: object, mode: Literal["rank", "generate", "constrain"] = "rank",
@@ -194,9 +195,8 @@ class LLMPolicy:
         if self.mode == "constrain":
             choices = [f"Action: {a}" for a in ctx.actions] + ["Action: rollback"]
             best, completion = self.backend.choose(messages, choices)  # type: ignore[attr-defined]
-            action = (AgentAction("rollback", "rollback") if best == len(ctx.actions)
-                      else AgentAction("task", ctx.actions[best]))
-            return AgentAction(action.kind, action.text, prompt_tokens=completion.prompt_tokens,
+            kind, text = ("rollback", "rollback") if best == len(ctx.actions) else ("task", ctx.actions[best])
+            return AgentAction(kind, text, prompt_tokens=completion.prompt_tokens,  # type: ignore[arg-type]
                                completion_tokens=completion.completion_tokens)
         p_tok = c_tok = 0
         for attempt in range(2):
