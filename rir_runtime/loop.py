@@ -259,7 +259,8 @@ class EpisodeRunner:
             reflection = decision.value if decision else Reflection()
             ep.memory.add(reflection)
             ep.log("reflect", restore_point=r, reflection=reflection.to_json(), memory=ep.memory.snapshot(),
-                   fallback=decision is None or bool(decision.meta.get("fallback")))  # no lesson was parsed
+                   fallback=bool(decision and decision.meta.get("fallback")),  # the reply did not parse
+                   budget_spent=decision is None)  # no model call was left for the What
         if r == ep.t and not ep.done:  # k = 0: stay, keep the reflection
             ep.recoveries += 1
             ep.log("restore", to=r, k=0)

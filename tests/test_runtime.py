@@ -282,8 +282,17 @@ def test_a_reflection_that_could_not_be_parsed_is_logged_as_a_fallback() -> None
             return Decision("reflect", Reflection(), "{not json", parse_failures=2, meta={"fallback": True})
 
     reflects = events(run("rir", TASKS[0], GarbledWhat()), "reflect")
-    assert reflects and all(e["fallback"] for e in reflects)
+    assert reflects and all(e["fallback"] and not e["budget_spent"] for e in reflects)
     assert not any(e["fallback"] for e in events(run("rir", TASKS[0], AlwaysRecover()), "reflect"))
+
+    class CostlyWhere(AlwaysRecover):  # a model-backed controller whose Where spends the whole budget
+        uses_model = True
+
+        def locate_fine(self, ctx):
+            return Decision("locate_fine", max(ctx.admissible), model_calls=1000)
+
+    skipped = events(run("rir", TASKS[0], CostlyWhere()), "reflect")
+    assert skipped and all(e["budget_spent"] and not e["fallback"] for e in skipped)
 
 
 def test_eval_resumes_without_duplicates(tmp_path) -> None:
