@@ -35,8 +35,7 @@ class SelectionConfig:
     split: str = field(default="dev", metadata={"help": "variation split", "choices": ["train", "dev", "test"]})
     variations: str = field(default="0-4", metadata={"help": "variation indices within the split: 0-9 or 0,3,5"})
     policy: str = field(default="noisy-expert", metadata={"help": "noisy-expert or llm:<model>"})
-    policy_mode: str = field(default="rank", metadata={"help": "LLM action mode",
-                                                       "choices": list(MODES)})
+    policy_mode: str = field(default="rank", metadata={"help": "LLM action mode", "choices": list(MODES)})
     error_rate: float = field(default=0.15, metadata={"help": "error rate of the noisy expert"})
     methods: list[str] = field(default_factory=lambda: list(METHODS), metadata={"help": "comma list of presets"})
     controller: list[str] = field(default_factory=lambda: ["heuristic"], metadata={

@@ -64,9 +64,10 @@ class _Form:
         return completion.text
 
     def rank(self, options: list[str], close: str) -> str:
-        scores = self.backend.score(self._begun(), [json.dumps(o)[1:-1] + close for o in options])
+        begun = self._begun()
+        scores = self.backend.score(begun, [json.dumps(o)[1:-1] + close for o in options])
         self.calls += 1
-        self.prompt_tokens += sum(len(m["content"]) for m in self._begun()) // 4  # scoring reports no usage
+        self.prompt_tokens += sum(len(m["content"]) for m in begun) // 4  # scoring reports no usage
         return options[max(range(len(options)), key=lambda i: scores[i])]
 
 
