@@ -137,8 +137,9 @@ def match_action(text: str, actions: list[str]) -> tuple[AgentAction | None, str
 
     An explicit `Action: <text>` that the list lacks is sent as typed unless it is a near typo of a
     listed action: environments take any text (the contract), and listings are incomplete
-    (ScienceWorld omits "open door to kitchen" when that door is open, yet accepts it). Mapping it
-    to a merely similar action would turn "open door to kitchen" into "move orange to kitchen".
+    (ScienceWorld accepts its gold paths' "move egg dove egg in inventory to green box" but lists
+    only "move dove to green box"). Mapping an unlisted reply to a merely similar action would turn
+    "open door to kitchen" into "move orange to kitchen" where no door is listed.
     """
     m = _ACTION_LINE.search(text)
     reply = (m.group(1) if m else text).strip()
@@ -174,7 +175,7 @@ class LLMPolicy:
     `constrain` decodes greedily but can only spell an admissible action or the rollback tool (on
     ScienceWorld's ~1000 actions, where ranking them all is too slow and free text names objects
     that are not there). Unlike `generate`, it cannot send an action that the environment accepts
-    but does not list (ScienceWorld's "open door to X" when the door is open).
+    but does not list (ScienceWorld's "move X in inventory to Y"; it spells "move X to Y").
     """
 
     def __init__(self, backend: object, mode: Literal["rank", "generate", "constrain"] = "rank",

@@ -369,7 +369,7 @@ def test_replies_map_to_listed_actions_only_for_typos_and_otherwise_go_as_typed(
 
     listed = ["close door to greenhouse", "move orange to kitchen", "take carrot from fridge"]
     assert match_action("Action: take carot from fridge", listed)[0].text == "take carrot from fridge"
-    # unlisted but well-formed: sent as typed (ScienceWorld lists no "open" for an open door, yet accepts it)
+    # unlisted but well-formed: sent as typed (stock ScienceWorld lists no "open" for an open door, yet accepts it)
     assert match_action("Action: open door to greenhouse", listed)[0].text == "open door to greenhouse"
     assert match_action("Action: open door to kitchen", listed)[0].text == "open door to kitchen"
     assert match_action("I think the best thing would be to look", listed) == (None, "'i think the best thing would "

@@ -89,6 +89,20 @@ def test_admissible_actions_deterministic_and_rng_neutral(env) -> None:
     assert env.admissible_actions() == acts
 
 
+def test_listing_holds_the_gold_path(env) -> None:
+    """A policy restricted to listed actions (constrain mode) can walk the expert's way: the open
+    doors' "open door to X" is listed, though ScienceWorld itself omits it."""
+    env.reset(FIND)
+    unlisted = []
+    for action in env.expert_actions():
+        listed = env.admissible_actions()
+        if action not in listed:
+            unlisted.append(action)
+        env.step(action)
+    assert any(a.startswith("open door to") for a in env.gold_actions())
+    assert len(unlisted) == 1 and " in inventory to " in unlisted[0]  # listed as "move X to Y"
+
+
 def test_gold_path_wins(env) -> None:
     env.reset(FIND)
     plan = env.expert_actions()

@@ -57,6 +57,7 @@ MAX_VARIATIONS: dict[str, int] = {
 _launch_lock = threading.Lock()
 _ROOM_NAME = re.compile(r"^This (?:room|outside location) is called the ([^.]+)\.")
 _DOOR = re.compile(r"^A door to the (.+?) \(that is (open|closed)\)$")
+_CLOSE_DOOR = "close door to "
 
 
 def compact_look(text: str) -> str:
@@ -212,7 +213,14 @@ class ScienceWorldEnv(ReplayEnv):
 
     # --- actions --------------------------------------------------------------------------
     def admissible_actions(self) -> list[str]:
-        """Sorted unique valid actions; the engine's random draws for referents are undone."""
+        """Sorted unique valid actions; the engine's random draws for referents are undone.
+
+        ScienceWorld lists "close door to X" for an open door but not "open door to X", which it
+        accepts ("The door is already open.") and which its own gold paths use at every door. We add
+        it, so that the listing holds every gold action but the final "move ... in inventory to ..."
+        of the find tasks (listed as "move ... to ...") and a policy that can only pick listed
+        actions can walk the expert's way.
+        """
         if self._task is None:
             raise RuntimeError("admissible_actions() called before reset()")
         server = self._sw.server
@@ -225,7 +233,9 @@ class ScienceWorldEnv(ReplayEnv):
             rnd.setSeed(saved[0] ^ _JAVA_RANDOM_MULTIPLIER)  # setSeed scrambles: this restores it exactly
             have_g.setBoolean(rnd, saved[1])
             next_g.setDouble(rnd, saved[2])
-        return sorted({str(a["action"]) for a in data.get("validActions", [])})
+        listed = {str(a["action"]) for a in data.get("validActions", [])}
+        reopen = {"open " + a[len("close "):] for a in listed if a.startswith(_CLOSE_DOOR)}
+        return sorted(listed | reopen)
 
     def gold_actions(self) -> list[str]:
         """The whole gold path of the current variation (generated once per variation: 0.3-18 s)."""
