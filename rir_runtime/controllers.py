@@ -21,7 +21,7 @@ from typing import Protocol
 
 from rir_runtime.decisions import Decision, DecisionKind, Failure, Reflection, Review, dump, parse
 from rir_runtime.errors import ParseError, UnknownNameError
-from rir_runtime.prompts import DecisionContext, fit_decision
+from rir_runtime.prompts import DecisionContext, content_tokens, fit_decision
 from rir_runtime.structured import fill_reflection
 
 # Verbs that only look or move: a failure is rarely caused by them.
@@ -249,7 +249,7 @@ class PromptedController:
             if options:
                 scores = self.backend.score(messages, [text for text, _ in options])  # type: ignore[attr-defined]
                 best = max(range(len(options)), key=lambda i: scores[i])
-                prompt_tokens = sum(len(m["content"]) for m in messages) // 4  # scoring reports no usage
+                prompt_tokens = content_tokens(messages)
                 return Decision(kind, options[best][1], options[best][0], 0, 1, prompt_tokens, 0, {"ranked": True})
         calls = failures = p_tok = c_tok = 0
         raw = ""

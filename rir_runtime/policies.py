@@ -18,7 +18,7 @@ from rir_runtime.envs.base import Env
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UnknownNameError
 from rir_runtime.memory import ReflectionMemory
-from rir_runtime.prompts import render_agent
+from rir_runtime.prompts import content_tokens, render_agent
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ class LLMPolicy:
         if self.mode == "rank" and len(ctx.actions) <= MAX_LISTED_ACTIONS:
             scores = self.backend.score(messages, [f"Action: {a}" for a in ctx.actions])  # type: ignore[attr-defined]
             best = max(range(len(ctx.actions)), key=lambda i: scores[i])
-            tokens = sum(len(m["content"]) for m in messages) // 4  # scoring reports no usage; estimate
+            tokens = content_tokens(messages)
             return AgentAction("task", ctx.actions[best], prompt_tokens=tokens)
         if self.mode == "constrain":
             choices = [f"Action: {a}" for a in ctx.actions] + ["Action: rollback"]

@@ -7,8 +7,8 @@ calls it to build training examples, so training and inference see the same text
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from rir_runtime.decisions import DecisionKind
@@ -109,9 +109,15 @@ def render_decision(kind: DecisionKind, ctx: DecisionContext, max_steps: int = 3
     return [{"role": "system", "content": SYSTEM_CONTROLLER}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
+def content_tokens(messages: Messages) -> int:
+    """A tokenizer-free estimate of the messages' text (about 4 characters per token for English):
+    the prompt tokens reported for a scoring pass, which returns no usage."""
+    return sum(len(m["content"]) for m in messages) // 4
+
+
 def approx_tokens(messages: Messages) -> int:
-    """A tokenizer-free estimate (about 4 characters per token for English text)."""
-    return sum(len(m["content"]) for m in messages) // 4 + 8 * len(messages)
+    """`content_tokens` plus a chat template's overhead per message, for fitting a prompt."""
+    return content_tokens(messages) + 8 * len(messages)
 
 
 def fit_decision(kind: DecisionKind, ctx: DecisionContext, max_tokens: int = 2048,

@@ -22,7 +22,7 @@ import json
 from typing import Any
 
 from rir_runtime.decisions import Decision, Failure, Reflection
-from rir_runtime.prompts import DecisionContext, Messages
+from rir_runtime.prompts import DecisionContext, Messages, content_tokens
 
 SLOT_TOKENS = 64  # one value; the heuristic What's condition and outcome are clipped near this length
 
@@ -67,7 +67,7 @@ class _Form:
         begun = self._begun()
         scores = self.backend.score(begun, [json.dumps(o)[1:-1] + close for o in options])
         self.calls += 1
-        self.prompt_tokens += sum(len(m["content"]) for m in begun) // 4  # scoring reports no usage
+        self.prompt_tokens += content_tokens(begun)
         return options[max(range(len(options)), key=lambda i: scores[i])]
 
 
