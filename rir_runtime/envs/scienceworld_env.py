@@ -57,7 +57,7 @@ MAX_VARIATIONS: dict[str, int] = {
 _launch_lock = threading.Lock()
 _ROOM_NAME = re.compile(r"^This (?:room|outside location) is called the ([^.]+)\.")
 _DOOR = re.compile(r"^A door to the (.+?) \(that is (open|closed)\)$")
-_CLOSE_DOOR = "close door to "
+_CLOSE_DOOR, _OPEN_DOOR = "close door to ", "open door to "
 
 
 def compact_look(text: str) -> str:
@@ -234,7 +234,7 @@ class ScienceWorldEnv(ReplayEnv):
             have_g.setBoolean(rnd, saved[1])
             next_g.setDouble(rnd, saved[2])
         listed = {str(a["action"]) for a in data.get("validActions", [])}
-        reopen = {"open " + a[len("close "):] for a in listed if a.startswith(_CLOSE_DOOR)}
+        reopen = {_OPEN_DOOR + a[len(_CLOSE_DOOR):] for a in listed if a.startswith(_CLOSE_DOOR)}
         return sorted(listed | reopen)
 
     def gold_actions(self) -> list[str]:
