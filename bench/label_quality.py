@@ -45,8 +45,10 @@ def main() -> None:
     by_env = defaultdict(list)
     for e in episodes:
         by_env[e["env"]].append(e)
-    print("| benchmark | labels | restore = step before first fatal error | review precision | review recall "
-          "| env steps/label, bisection | env steps/label, linear |")
+    print(
+        "| benchmark | labels | restore = step before first fatal error | review precision | review recall "
+        "| env steps/label, bisection | env steps/label, linear |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for env_name, eps in by_env.items():
         env = make_env(env_name)
@@ -67,8 +69,11 @@ def main() -> None:
         precision = tp / (tp + fp) if tp + fp else float("nan")
         recall = tp / (tp + fn) if tp + fn else float("nan")
         restore = restore_hits / restore_n if restore_n else float("nan")
-        print(f"| {env_name} | {len(points)} | {restore:.1%} ({restore_hits}/{restore_n}) | {precision:.1%} | "
-              f"{recall:.1%} | {statistics.mean(cost_bisect):.1f} | {statistics.mean(cost_linear):.1f} |", flush=True)
+        print(
+            f"| {env_name} | {len(points)} | {restore:.1%} ({restore_hits}/{restore_n}) | {precision:.1%} | "
+            f"{recall:.1%} | {statistics.mean(cost_bisect):.1f} | {statistics.mean(cost_linear):.1f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

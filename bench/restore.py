@@ -22,7 +22,11 @@ SETUPS = {
     # label: (env name, constructor kwargs, task)
     "builtin (replay)": ("builtin", {}, TaskSpec("builtin", "workshop-4", "dev", 0)),
     "textworld (native)": ("textworld-cooking", {}, TaskSpec("textworld-cooking", "recipe4", "dev", 0)),
-    "textworld (replay)": ("textworld-cooking", {"native_snapshots": False}, TaskSpec("textworld-cooking", "recipe4", "dev", 0)),
+    "textworld (replay)": (
+        "textworld-cooking",
+        {"native_snapshots": False},
+        TaskSpec("textworld-cooking", "recipe4", "dev", 0),
+    ),
     "scienceworld (replay)": ("scienceworld", {}, TaskSpec("scienceworld", "boil", "dev", 0)),
 }
 

@@ -39,16 +39,25 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--budget-agent", type=int, default=12, help="agent calls per episode")
     args = parser.parse_args()
-    cfg = SelectionConfig(env="builtin", tasks=["workshop-3"], split="dev", variations=f"0-{args.episodes - 1}",
-                          policy=f"llm:{args.model}", policy_mode="generate", methods=["react"],
-                          budget_agent=args.budget_agent)
+    cfg = SelectionConfig(
+        env="builtin",
+        tasks=["workshop-3"],
+        split="dev",
+        variations=f"0-{args.episodes - 1}",
+        policy=f"llm:{args.model}",
+        policy_mode="generate",
+        methods=["react"],
+        budget_agent=args.budget_agent,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         seq, _ = measure(cfg, 1, Path(tmp))
         par, batches = measure(cfg, args.concurrency, Path(tmp))
     print(f"episodes: {args.episodes} x {args.budget_agent} agent calls, model {args.model}, generate mode")
     print(f"one at a time:           {seq:.2f} episodes/min")
-    print(f"{args.concurrency} concurrent, batched: {par:.2f} episodes/min "
-          f"(batch sizes: mean {statistics.mean(batches) if batches else 0:.1f}, max {max(batches, default=0)})")
+    print(
+        f"{args.concurrency} concurrent, batched: {par:.2f} episodes/min "
+        f"(batch sizes: mean {statistics.mean(batches) if batches else 0:.1f}, max {max(batches, default=0)})"
+    )
     print(f"speed-up: {par / seq:.2f}x")
 
 

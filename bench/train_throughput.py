@@ -59,10 +59,18 @@ def qwen_config(shape: str, min_vocab: int = 0) -> Any:
     from transformers import Qwen2Config
 
     hidden, inter, layers, heads, kv, vocab, tied = SHAPES[shape]
-    return Qwen2Config(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                       num_attention_heads=heads, num_key_value_heads=kv, vocab_size=max(vocab, min_vocab),
-                       tie_word_embeddings=tied, max_position_embeddings=32768, rope_theta=1e6,
-                       attn_implementation="sdpa")
+    return Qwen2Config(
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        vocab_size=max(vocab, min_vocab),
+        tie_word_embeddings=tied,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        attn_implementation="sdpa",
+    )
 
 
 def build_model(shape: str, device: torch.device, dtype: torch.dtype, lora_r: int, checkpointing: bool) -> Any:
@@ -76,8 +84,9 @@ def build_model(shape: str, device: torch.device, dtype: torch.dtype, lora_r: in
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
-    lora = LoraConfig(r=lora_r, lora_alpha=2 * lora_r, lora_dropout=0.0, target_modules=LORA_TARGETS,
-                      task_type="CAUSAL_LM")
+    lora = LoraConfig(
+        r=lora_r, lora_alpha=2 * lora_r, lora_dropout=0.0, target_modules=LORA_TARGETS, task_type="CAUSAL_LM"
+    )
     return get_peft_model(model, lora)
 
 
@@ -132,10 +141,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     flops = 6 * n_params * tokens_per_step
     attn = 12 * layers * hidden * args.seq_len * tokens_per_step
     result = {
-        "shape": args.shape, "device": name, "dtype": str(dtype).removeprefix("torch."),
-        "params": n_params, "trainable_params": n_trainable, "batch_size": args.batch_size, "seq_len": args.seq_len,
-        "gradient_checkpointing": args.gradient_checkpointing, "threads": torch.get_num_threads(),
-        "steps": args.steps, "step_s": round(step_s, 4), "step_s_min": round(min(times), 4),
+        "shape": args.shape,
+        "device": name,
+        "dtype": str(dtype).removeprefix("torch."),
+        "params": n_params,
+        "trainable_params": n_trainable,
+        "batch_size": args.batch_size,
+        "seq_len": args.seq_len,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "threads": torch.get_num_threads(),
+        "steps": args.steps,
+        "step_s": round(step_s, 4),
+        "step_s_min": round(min(times), 4),
         "tokens_per_s": round(tokens_per_step / step_s, 1),
         "model_tflops_per_s": round(flops / step_s / 1e12, 3),
     }

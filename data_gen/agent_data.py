@@ -74,8 +74,10 @@ class AgentDataConfig:
             if source.repeat < 1:
                 raise UserInputError(f"repeat must be at least 1, not {source.repeat}")
             if source.mistakes_of and not (source.mistakes_of.startswith("llm:") and source.mistakes_of[4:]):
-                raise UserInputError(f"mistakes_of must name an LLM agent as 'llm:<adapter folder or model>', not "
-                                     f"'{source.mistakes_of}' (train one first: rir train agent-sft)")
+                raise UserInputError(
+                    f"mistakes_of must name an LLM agent as 'llm:<adapter folder or model>', not "
+                    f"'{source.mistakes_of}' (train one first: rir train agent-sft)"
+                )
         for name in ("detour_share", "recovered_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1]")
@@ -84,12 +86,22 @@ class AgentDataConfig:
 def guard_split(split: str) -> None:
     """The agent is trained on train variations only; dev tunes, test is for final numbers."""
     if split != "train":
-        raise UserInputError(f"agent SFT data must come from the train split, not '{split}': dev and test variations "
-                             "are held out for tuning and final numbers")
+        raise UserInputError(
+            f"agent SFT data must come from the train split, not '{split}': dev and test variations "
+            "are held out for tuning and final numbers"
+        )
 
 
-def expert_episode(env: Any, task: TaskSpec, detour: float | None, max_steps: int, rng: random.Random,
-                   opening: tuple[str, ...] = (), recover: bool = False, agent: Policy | None = None) -> list[dict]:
+def expert_episode(
+    env: Any,
+    task: TaskSpec,
+    detour: float | None,
+    max_steps: int,
+    rng: random.Random,
+    opening: tuple[str, ...] = (),
+    recover: bool = False,
+    agent: Policy | None = None,
+) -> list[dict]:
     """Rows of one expert episode. With `detour` (a fraction of the way along the expert's first
     plan), one plausible wrong action is taken at that step instead, and not trained on. Then
     either the expert plans again from the new state, or (`recover`, or an expert that cannot
@@ -134,11 +146,19 @@ def expert_episode(env: Any, task: TaskSpec, detour: float | None, max_steps: in
                 continue
         prompt = agent_prompt(obs.objective, memory.render(), history, observation, actions)
         if agent is None or memory.failures:  # an agent's rows without a lesson repeat plain cloning
-            meta = {"env": task.env, "task": task.task, "split": task.split, "variation": task.variation,
-                    "step": len(history), "detour": agent is not None or (detour_at is not None and t >= detour_at),
-                    "recovered": bool(memory.failures), "label": plan[0]}
-            rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": f"Action: {plan[0]}"}],
-                         "meta": meta})
+            meta = {
+                "env": task.env,
+                "task": task.task,
+                "split": task.split,
+                "variation": task.variation,
+                "step": len(history),
+                "detour": agent is not None or (detour_at is not None and t >= detour_at),
+                "recovered": bool(memory.failures),
+                "label": plan[0],
+            }
+            rows.append(
+                {"prompt": prompt, "completion": [{"role": "assistant", "content": f"Action: {plan[0]}"}], "meta": meta}
+            )
         result = env.step(plan[0])
         history += (Step(len(history), plan[0], result.observation, result.score, result.won, result.lost),)
         observation = result.observation
@@ -154,8 +174,15 @@ def _agent(spec: str, mode: str) -> LLMPolicy:
     return LLMPolicy(make_backend(spec.removeprefix("llm:")), mode, name=spec)  # type: ignore[arg-type]
 
 
-def _own_action(agent: Policy, task: TaskSpec, objective: str, memory: ReflectionMemory,
-                history: tuple[Step, ...], observation: str, actions: list[str]) -> str | None:
+def _own_action(
+    agent: Policy,
+    task: TaskSpec,
+    objective: str,
+    memory: ReflectionMemory,
+    history: tuple[Step, ...],
+    observation: str,
+    actions: list[str],
+) -> str | None:
     """The task action `agent` takes in this state, seeing exactly what it sees at inference."""
     action = agent.act(AgentContext(task.key, objective, memory, history, observation, lambda: actions))
     return action.text if action.kind == "task" else None
@@ -164,8 +191,15 @@ def _own_action(agent: Policy, task: TaskSpec, objective: str, memory: Reflectio
 def _reflection(objective: str, memory: ReflectionMemory, history: tuple[Step, ...], restore_point: int) -> Reflection:
     """What RIR's heuristic What keeps when the branch is rolled back to `restore_point`."""
     last = history[-1]
-    ctx = DecisionContext(task="", objective=objective, memory=memory.render(), history=history,
-                          observation=last.observation, score=last.score, restore_point=restore_point)
+    ctx = DecisionContext(
+        task="",
+        objective=objective,
+        memory=memory.render(),
+        history=history,
+        observation=last.observation,
+        score=last.score,
+        restore_point=restore_point,
+    )
     return HeuristicController().reflect(ctx).value
 
 
@@ -199,12 +233,20 @@ def build_agent_data(cfg: AgentDataConfig) -> dict[str, int]:
     out = Path(cfg.out)
     splits = {"train": train, "validation": validation}
     DatasetDict({k: Dataset.from_list(v) for k, v in splits.items() if v}).save_to_disk(str(out / "agent_sft"))
-    card = ["# agent_sft", "", "Behaviour-cloning rows: expert actions rendered in the LLM policy's prompt "
-            "(`rir_runtime.policies.agent_prompt`). Train split variations only; validation holds other "
-            "variations.", "", "| split | rows | after a detour | with a failure in memory |",
-            "| --- | ---: | ---: | ---: |"]
-    card += [f"| {k} | {len(v)} | {sum(r['meta']['detour'] for r in v)} | {sum(r['meta']['recovered'] for r in v)} |"
-             for k, v in splits.items()]
+    card = [
+        "# agent_sft",
+        "",
+        "Behaviour-cloning rows: expert actions rendered in the LLM policy's prompt "
+        "(`rir_runtime.policies.agent_prompt`). Train split variations only; validation holds other "
+        "variations.",
+        "",
+        "| split | rows | after a detour | with a failure in memory |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    card += [
+        f"| {k} | {len(v)} | {sum(r['meta']['detour'] for r in v)} | {sum(r['meta']['recovered'] for r in v)} |"
+        for k, v in splits.items()
+    ]
     card += ["", f"Config: `{asdict(cfg)}`", ""]
     (out / "agent_sft" / "README.md").write_text("\n".join(card))
     return {k: len(v) for k, v in splits.items()}

@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.hindsight import (
-    DecisionPoint, Label, context_for, decision_points, label_point, reflection_candidates, retry_success,
+    DecisionPoint,
+    Label,
+    context_for,
+    decision_points,
+    label_point,
+    reflection_candidates,
+    retry_success,
 )
 from data_gen.rollout import SCHEMA_VERSION
 from rir_runtime.decisions import Reflection, Review, dump, parse
@@ -39,7 +45,9 @@ class BuildConfig:
     rollouts: list[str] = field(default_factory=list, metadata={"help": "comma list of rollout run folders"})
     out: str = field(default="data/controller", metadata={"help": "output folder for the datasets"})
     max_prompt_tokens: int = field(default=1536, metadata={"help": "cut trajectories from the middle beyond this"})
-    tokenizer: str = field(default="", metadata={"help": "model whose tokenizer counts tokens (default: ~4 chars/token)"})
+    tokenizer: str = field(
+        default="", metadata={"help": "model whose tokenizer counts tokens (default: ~4 chars/token)"}
+    )
     bisect: bool = field(default=True, metadata={"help": "find restore points by bisection (irreversible errors)"})
     reflect_retries: int = field(default=2, metadata={"help": "K retries per candidate reflection"})
     reflect_points: int = field(default=1, metadata={"help": "recoveries per episode given reflection preferences"})
@@ -64,8 +72,10 @@ def load_runs(folders: list[str]) -> list[dict[str, Any]]:
             raise UserInputError(f"{path} is not a rollout folder (no run.json): pass folders written by `rir rollout`")
         schema = json.loads(run.read_text()).get("schema")
         if schema != SCHEMA_VERSION:
-            raise UserInputError(f"{path} was written with schema {schema}; this version reads {SCHEMA_VERSION}: "
-                                 "regenerate it with `rir rollout`")
+            raise UserInputError(
+                f"{path} was written with schema {schema}; this version reads {SCHEMA_VERSION}: "
+                "regenerate it with `rir rollout`"
+            )
         found = [e for f in sorted(path.glob("episodes-*.jsonl")) for e in read_episodes(f)]
         if not found:
             raise UserInputError(f"{path} holds no finished episodes: run `rir rollout` into it first")
@@ -93,9 +103,15 @@ def point_id(point: DecisionPoint, i: int) -> str:
 
 def label_to_json(pid: str, label: Label) -> dict[str, Any]:
     return {
-        "point_id": pid, "values": {str(k): v for k, v in label.values.items()}, "v_now": label.v_now,
-        "review": label.review, "restore": label.restore, "segment": label.segment,
-        "segments": [list(s) for s in label.segments], "env_steps": label.env_steps, "probes": label.probes,
+        "point_id": pid,
+        "values": {str(k): v for k, v in label.values.items()},
+        "v_now": label.v_now,
+        "review": label.review,
+        "restore": label.restore,
+        "segment": label.segment,
+        "segments": [list(s) for s in label.segments],
+        "env_steps": label.env_steps,
+        "probes": label.probes,
         "reflections": [[r.to_json(), rate] for r, rate in label.reflections],
     }
 
@@ -109,7 +125,7 @@ def label_episodes(episodes: list[dict[str, Any]], cfg: BuildConfig, cache: Path
     out: list[tuple[DecisionPoint, dict]] = []
     with cache.open("a") as fh:
         for episode in tqdm(episodes, desc="labelling", unit="ep", file=sys.stderr):
-            points = list(enumerate(decision_points(episode)))[-cfg.points_per_episode:]
+            points = list(enumerate(decision_points(episode)))[-cfg.points_per_episode :]
             reflected = 0
             for i, point in points:
                 pid = point_id(point, i)
@@ -123,8 +139,10 @@ def label_episodes(episodes: list[dict[str, Any]], cfg: BuildConfig, cache: Path
                     if label.restore is not None and label.review == "recover" and reflected < cfg.reflect_points:
                         reflected += 1
                         rate = episode.get("error_rate", 0.15)
-                        label.reflections = [(c, retry_success(env, label, c, cfg.reflect_retries, rate))
-                                             for c in reflection_candidates(label)]
+                        label.reflections = [
+                            (c, retry_success(env, label, c, cfg.reflect_retries, rate))
+                            for c in reflection_candidates(label)
+                        ]
                     done[pid] = label_to_json(pid, label)
                     fh.write(json.dumps(done[pid]) + "\n")
                     fh.flush()
@@ -143,49 +161,82 @@ def rows_for(point: DecisionPoint, label: dict[str, Any], fit: Any) -> dict[str,
     """All SFT and preference rows one labelled decision point yields."""
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     ep = point.episode
-    meta = {"env": ep["env"], "task": ep["task"], "split": ep["split"], "variation": int(ep["variation"]),
-            "episode_id": ep["episode_id"], "step": len(point.history), "source_run": ep.get("source_run", ""), "decision": "review"}
+    meta = {
+        "env": ep["env"],
+        "task": ep["task"],
+        "split": ep["split"],
+        "variation": int(ep["variation"]),
+        "episode_id": ep["episode_id"],
+        "step": len(point.history),
+        "source_run": ep.get("source_run", ""),
+        "decision": "review",
+    }
     ctx = context_for(point)
     recover = label["review"] == "recover"
-    reason = (f"success is still possible from checkpoint {label['restore']}" if recover
-              else "no earlier checkpoint does clearly better")
+    reason = (
+        f"success is still possible from checkpoint {label['restore']}"
+        if recover
+        else "no earlier checkpoint does clearly better"
+    )
     good = dump("review", Review(label["review"], reason))
     bad = dump("review", Review("continue" if recover else "recover", "" if recover else "something went wrong"))
     prompt = fit("review", ctx)
     meta_review = {**meta, "label": label["review"], "context": ctx.to_json()}
     rows["review_sft"].append({"prompt": prompt, "completion": _assistant(good), "meta": meta_review})
-    rows["review_pref"].append({"prompt": prompt, "chosen": _assistant(good), "rejected": _assistant(bad),
-                                "meta": meta_review})
+    rows["review_pref"].append(
+        {"prompt": prompt, "chosen": _assistant(good), "rejected": _assistant(bad), "meta": meta_review}
+    )
     r, seg = label["restore"], label["segment"]
     if recover and r is not None:
         segs = tuple(tuple(s) for s in label["segments"])
         ctx_c = context_for(point, "locate", segments=segs)
         p_coarse = fit("locate_coarse", ctx_c)
-        rows["locate_sft"].append({"prompt": p_coarse, "completion": _assistant(dump("locate_coarse", seg)),
-                                   "meta": {**meta, "label": str(seg), "decision": "locate_coarse",
-                                            "context": ctx_c.to_json()}})
+        rows["locate_sft"].append(
+            {
+                "prompt": p_coarse,
+                "completion": _assistant(dump("locate_coarse", seg)),
+                "meta": {**meta, "label": str(seg), "decision": "locate_coarse", "context": ctx_c.to_json()},
+            }
+        )
         ctx_f = context_for(point, "locate", segments=segs, segment=segs[seg])
         p_fine = fit("locate_fine", ctx_f)
         meta_fine = {**meta, "label": str(r), "decision": "locate_fine", "context": ctx_f.to_json()}
-        rows["locate_sft"].append({"prompt": p_fine, "completion": _assistant(dump("locate_fine", r)),
-                                   "meta": meta_fine})
+        rows["locate_sft"].append(
+            {"prompt": p_fine, "completion": _assistant(dump("locate_fine", r)), "meta": meta_fine}
+        )
         wrong = point.chosen_step if point.chosen_step not in (None, r) else (r + 1 if r + 1 < segs[-1][1] else r - 1)
         if wrong is not None and wrong >= 0 and wrong != r:
-            rows["locate_pref"].append({"prompt": p_fine, "chosen": _assistant(dump("locate_fine", r)),
-                                        "rejected": _assistant(dump("locate_fine", wrong)), "meta": meta_fine})
+            rows["locate_pref"].append(
+                {
+                    "prompt": p_fine,
+                    "chosen": _assistant(dump("locate_fine", r)),
+                    "rejected": _assistant(dump("locate_fine", wrong)),
+                    "meta": meta_fine,
+                }
+            )
     if label["reflections"]:
         ranked = sorted(label["reflections"], key=lambda x: -x[1])  # stable: hindsight before "none" on ties
         ctx_r = context_for(point, "reflect", restore_point=r)
         p_reflect = fit("reflect", ctx_r)
         best = parse("reflect", json.dumps(ranked[0][0]))
         meta_reflect = {**meta, "decision": "reflect", "context": ctx_r.to_json()}
-        rows["reflect_sft"].append({"prompt": p_reflect, "completion": _assistant(dump("reflect", best)),
-                                    "meta": {**meta_reflect, "label": f"{ranked[0][1]:.2f}"}})
+        rows["reflect_sft"].append(
+            {
+                "prompt": p_reflect,
+                "completion": _assistant(dump("reflect", best)),
+                "meta": {**meta_reflect, "label": f"{ranked[0][1]:.2f}"},
+            }
+        )
         if ranked[0][1] > ranked[-1][1]:
             worst = parse("reflect", json.dumps(ranked[-1][0])) if ranked[-1][0] else Reflection()
-            rows["reflect_pref"].append({"prompt": p_reflect, "chosen": _assistant(dump("reflect", best)),
-                                         "rejected": _assistant(dump("reflect", worst)),
-                                         "meta": {**meta_reflect, "label": f"{ranked[0][1]:.2f}>{ranked[-1][1]:.2f}"}})
+            rows["reflect_pref"].append(
+                {
+                    "prompt": p_reflect,
+                    "chosen": _assistant(dump("reflect", best)),
+                    "rejected": _assistant(dump("reflect", worst)),
+                    "meta": {**meta_reflect, "label": f"{ranked[0][1]:.2f}>{ranked[-1][1]:.2f}"},
+                }
+            )
     return rows
 
 
@@ -200,10 +251,16 @@ def token_counter(tokenizer_name: str) -> Any:
 
 # --- writing -------------------------------------------------------------------------------------------------
 def dataset_card(name: str, splits: dict[str, list[dict]], sources: list[str], cfg: BuildConfig) -> str:
-    lines = [f"# {name}", "", f"Recovery-controller decisions labelled in hindsight by branch re-execution "
-             f"(RIR `rir build-data`). Format: TRL conversational "
-             f"{'prompt-completion' if name.endswith('_sft') else 'preference'}.", "",
-             "| split | rows | label balance |", "| --- | ---: | --- |"]
+    lines = [
+        f"# {name}",
+        "",
+        f"Recovery-controller decisions labelled in hindsight by branch re-execution "
+        f"(RIR `rir build-data`). Format: TRL conversational "
+        f"{'prompt-completion' if name.endswith('_sft') else 'preference'}.",
+        "",
+        "| split | rows | label balance |",
+        "| --- | ---: | --- |",
+    ]
     for split, rows in splits.items():
         counts = Counter(r["meta"]["label"] for r in rows)
         balance = ", ".join(f"{k}: {v}" for k, v in counts.most_common(8)) + (" ..." if len(counts) > 8 else "")
@@ -239,15 +296,20 @@ def build(cfg: BuildConfig) -> dict[str, dict[str, int]]:
     counts: dict[str, dict[str, int]] = {}
     for name in SFT + PREF:
         rows = all_rows.get(name, [])
-        splits = {"train": [r for r in rows if variation_key(r["meta"]) not in held_out],
-                  "validation": [r for r in rows if variation_key(r["meta"]) in held_out]}
+        splits = {
+            "train": [r for r in rows if variation_key(r["meta"]) not in held_out],
+            "validation": [r for r in rows if variation_key(r["meta"]) in held_out],
+        }
         if not rows:
             print(f"skipped {name}: no examples (no labelled decision of this kind in the runs)", file=sys.stderr)
             continue
         labels = Counter(r["meta"]["label"] for r in rows)
         if name.startswith("review") and len(labels) < 2:
-            print(f"warning: {name} has only the label {next(iter(labels))!r}; a controller cannot learn "
-                  "both decisions from it (add exploratory rollouts or more tasks)", file=sys.stderr)
+            print(
+                f"warning: {name} has only the label {next(iter(labels))!r}; a controller cannot learn "
+                "both decisions from it (add exploratory rollouts or more tasks)",
+                file=sys.stderr,
+            )
         DatasetDict({s: Dataset.from_list(r) for s, r in splits.items() if r}).save_to_disk(str(out / name))
         (out / name / "README.md").write_text(dataset_card(name, splits, cfg.rollouts, cfg))
         counts[name] = {s: len(r) for s, r in splits.items()}

@@ -77,8 +77,17 @@ def decision_points(episode: dict[str, Any]) -> list[DecisionPoint]:
         if kind == "reset":
             observation = e["observation"]
         elif kind == "step":
-            steps.append(Step(len(steps), e["action"], e["observation"], e["score"], e["won"], e["lost"],
-                              e.get("injected_error", False)))
+            steps.append(
+                Step(
+                    len(steps),
+                    e["action"],
+                    e["observation"],
+                    e["score"],
+                    e["won"],
+                    e["lost"],
+                    e.get("injected_error", False),
+                )
+            )
             observation = e["observation"]
         elif kind == "review":
             points.append(DecisionPoint(episode, tuple(steps), observation, e["trigger"], e["decision"], memory))
@@ -89,9 +98,12 @@ def decision_points(episode: dict[str, Any]) -> list[DecisionPoint]:
                 points[-1].reflection = e["reflection"]
             memory = e["memory"]
         elif kind == "restore" and e["k"] > 0:
-            del steps[e["to"]:]
-            observation = steps[-1].observation if steps else next(
-                (x["observation"] for x in episode["events"] if x["type"] == "reset"), "")
+            del steps[e["to"] :]
+            observation = (
+                steps[-1].observation
+                if steps
+                else next((x["observation"] for x in episode["events"] if x["type"] == "reset"), "")
+            )
     return points
 
 
@@ -129,13 +141,24 @@ def label_point(env: Env, point: DecisionPoint, bisect: bool = True, max_steps: 
     review = "recover" if best - v_now >= RECOVER_MARGIN else "continue"
     segs = segments(h, max(indices))
     segment = next(i for i, (a, b) in enumerate(segs) if a <= restore < b)
-    return Label(point, values, v_now, review, restore if best > 0 else None, segment if best > 0 else None,
-                 segs, spent + probe.env_steps, probe.probes, restore_snapshot=snaps[restore] if best > 0 else None)
+    return Label(
+        point,
+        values,
+        v_now,
+        review,
+        restore if best > 0 else None,
+        segment if best > 0 else None,
+        segs,
+        spent + probe.env_steps,
+        probe.probes,
+        restore_snapshot=snaps[restore] if best > 0 else None,
+    )
 
 
 # --- reflection preference ----------------------------------------------------------------------------
-def retry_success(env: Env, label: Label, reflection: Reflection, retries: int, error_rate: float,
-                  max_steps: int = 60) -> float:
+def retry_success(
+    env: Env, label: Label, reflection: Reflection, retries: int, error_rate: float, max_steps: int = 60
+) -> float:
     """Success rate of K base-policy continuations from the restore point with `reflection` in memory."""
     point, r, start = label.point, label.restore, label.restore_snapshot
     assert r is not None and start is not None
@@ -183,6 +206,15 @@ def context_for(point: DecisionPoint, trigger: str | None = None, **extra: Any) 
     terminal = bool(h) and (h[-1].won or h[-1].lost)
     admissible = tuple(range(len(h) if terminal else len(h) + 1))
     score = h[-1].score if h else 0.0
-    return DecisionContext(point.task.key, objective, memory.render(1200), h, point.observation, score,
-                           trigger or point.trigger, admissible, blamed_actions=tuple(f.action for f in memory.failures),
-                           **extra)
+    return DecisionContext(
+        point.task.key,
+        objective,
+        memory.render(1200),
+        h,
+        point.observation,
+        score,
+        trigger or point.trigger,
+        admissible,
+        blamed_actions=tuple(f.action for f in memory.failures),
+        **extra,
+    )

@@ -29,11 +29,14 @@ SCHEMA_VERSION = 1
 class RolloutConfig(SelectionConfig):
     """Selection flags plus sharding and exploration; defaults suit data generation."""
 
-    split: str = field(default="train", metadata={"help": "variation split (data uses train)",
-                                                   "choices": ["train", "dev", "test"]})
+    split: str = field(
+        default="train", metadata={"help": "variation split (data uses train)", "choices": ["train", "dev", "test"]}
+    )
     methods: list[str] = field(default_factory=lambda: ["rir"], metadata={"help": "comma list of presets"})
-    explore: list[str] = field(default_factory=lambda: ["random-review", "random-restore"],
-                               metadata={"help": "extra exploratory controllers run on the same tasks"})
+    explore: list[str] = field(
+        default_factory=lambda: ["random-review", "random-restore"],
+        metadata={"help": "extra exploratory controllers run on the same tasks"},
+    )
     shard: str = field(default="0/1", metadata={"help": "i/N: run the i-th of N interleaved parts of the job"})
     out: str = field(default="runs/rollout", metadata={"help": "run folder"})
 
@@ -62,8 +65,10 @@ def rollout_jobs(cfg: RolloutConfig) -> list[EpisodeJob]:
 
 def shard_jobs(jobs: list[EpisodeJob], index: int, count: int) -> list[EpisodeJob]:
     if count > len(jobs):
-        raise UserInputError(f"{count} shards for {len(jobs)} episodes leaves some shards empty: use at most "
-                             f"{len(jobs)} shards or select more episodes")
+        raise UserInputError(
+            f"{count} shards for {len(jobs)} episodes leaves some shards empty: use at most "
+            f"{len(jobs)} shards or select more episodes"
+        )
     return jobs[index::count]
 
 
@@ -84,12 +89,15 @@ def write_run_json(out: Path, cfg: RolloutConfig) -> None:
     if path.exists():
         old = json.loads(path.read_text())
         if old.get("schema") != SCHEMA_VERSION:
-            raise UserInputError(f"{path} has schema {old.get('schema')}, this version writes {SCHEMA_VERSION}: "
-                                 "use a new --out folder")
+            raise UserInputError(
+                f"{path} has schema {old.get('schema')}, this version writes {SCHEMA_VERSION}: use a new --out folder"
+            )
         if old.get("config") != config:
             changed = sorted(k for k in config if old.get("config", {}).get(k) != config[k])
-            raise UserInputError(f"{out} holds a run with a different config ({', '.join(changed)}): use a new "
-                                 "--out folder, or the same settings to resume")
+            raise UserInputError(
+                f"{out} holds a run with a different config ({', '.join(changed)}): use a new "
+                "--out folder, or the same settings to resume"
+            )
         return
     out.mkdir(parents=True, exist_ok=True)
     payload = {"schema": SCHEMA_VERSION, "config": config, "versions": versions(), "seed": cfg.seeds}

@@ -27,7 +27,9 @@ from rir_runtime.prompts import DecisionContext
 class ControllerEvalConfig:
     data: str = field(default="data/controller", metadata={"help": "folder holding review_sft, locate_sft, ..."})
     controller: list[str] = field(default_factory=lambda: ["heuristic"], metadata={"help": "comma list of controllers"})
-    split: str = field(default="validation", metadata={"help": "dataset split to score", "choices": ["train", "validation"]})
+    split: str = field(
+        default="validation", metadata={"help": "dataset split to score", "choices": ["train", "validation"]}
+    )
     max_rows: int = field(default=200, metadata={"help": "rows per dataset at most (0: all)"})
     out: str = field(default="runs/eval-controller", metadata={"help": "output folder"})
 
@@ -82,8 +84,13 @@ def score_controller(spec: str, data: Path, split: str, max_rows: int) -> dict[s
         correct += pred == truth
     if review:
         p, r, f1 = _f1(tp, fp, fn)
-        m.update(review_rows=len(review), review_accuracy=correct / len(review), review_precision=p,
-                 review_recall=r, review_f1=f1)
+        m.update(
+            review_rows=len(review),
+            review_accuracy=correct / len(review),
+            review_precision=p,
+            review_recall=r,
+            review_f1=f1,
+        )
 
     locate = _rows(data, "locate_sft", split, max_rows)
     coarse = [row for row in locate if row["meta"]["decision"] == "locate_coarse"]
@@ -93,8 +100,11 @@ def score_controller(spec: str, data: Path, split: str, max_rows: int) -> dict[s
         m.update(coarse_rows=len(coarse), coarse_accuracy=hits / len(coarse))
     if fine:
         diffs = [abs(int(decide("locate_fine", row).value) - int(row["meta"]["label"])) for row in fine]
-        m.update(fine_rows=len(fine), restore_exact=sum(d == 0 for d in diffs) / len(fine),
-                 restore_within_one=sum(d <= 1 for d in diffs) / len(fine))
+        m.update(
+            fine_rows=len(fine),
+            restore_exact=sum(d == 0 for d in diffs) / len(fine),
+            restore_within_one=sum(d <= 1 for d in diffs) / len(fine),
+        )
 
     reflect = _rows(data, "reflect_sft", split, max_rows)
     if reflect:
@@ -105,8 +115,11 @@ def score_controller(spec: str, data: Path, split: str, max_rows: int) -> dict[s
             target = parse("reflect", row["completion"][0]["content"]).failure
             got = decision.value.failure
             matches += bool(target and got and got.action.strip().lower() == target.action.strip().lower())
-        m.update(reflect_rows=len(reflect), reflect_json_valid=valid / len(reflect),
-                 reflect_failure_action_match=matches / len(reflect))
+        m.update(
+            reflect_rows=len(reflect),
+            reflect_json_valid=valid / len(reflect),
+            reflect_failure_action_match=matches / len(reflect),
+        )
 
     prefs = _rows(data, "reflect_pref", split, max_rows)
     if prefs:
@@ -132,11 +145,17 @@ def _failure_action(text: str) -> str:
 
 
 METRICS = [
-    ("review_accuracy", "review accuracy"), ("review_precision", "review precision (recover)"),
-    ("review_recall", "review recall (recover)"), ("review_f1", "review F1"), ("coarse_accuracy", "coarse segment accuracy"),
-    ("restore_exact", "restore point exact"), ("restore_within_one", "restore point within one step"),
-    ("reflect_json_valid", "reflection JSON valid"), ("reflect_failure_action_match", "reflection names the fatal action"),
-    ("reflect_pref_win_rate", "reflection preference win rate"), ("latency_s", "latency per decision (s)"),
+    ("review_accuracy", "review accuracy"),
+    ("review_precision", "review precision (recover)"),
+    ("review_recall", "review recall (recover)"),
+    ("review_f1", "review F1"),
+    ("coarse_accuracy", "coarse segment accuracy"),
+    ("restore_exact", "restore point exact"),
+    ("restore_within_one", "restore point within one step"),
+    ("reflect_json_valid", "reflection JSON valid"),
+    ("reflect_failure_action_match", "reflection names the fatal action"),
+    ("reflect_pref_win_rate", "reflection preference win rate"),
+    ("latency_s", "latency per decision (s)"),
 ]
 
 

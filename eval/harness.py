@@ -20,8 +20,10 @@ from rir_runtime.transcript import render_transcript
 
 @dataclass
 class EvalConfig(SelectionConfig):
-    budget_sweep: list[int] | None = field(default=None, metadata={
-        "help": "comma list of agent-call budgets to sweep (each runs the whole selection); empty: off"})
+    budget_sweep: list[int] | None = field(
+        default=None,
+        metadata={"help": "comma list of agent-call budgets to sweep (each runs the whole selection); empty: off"},
+    )
     title: str = field(default="RIR evaluation", metadata={"help": "report title"})
 
     def __post_init__(self) -> None:
@@ -50,7 +52,9 @@ def run_one(cfg: SelectionConfig) -> dict[str, Any]:
 def eval_jobs(cfg: EvalConfig) -> list[EpisodeJob]:
     if not cfg.budget_sweep:
         return expand_jobs(cfg)
-    return [job for budget in cfg.budget_sweep for job in expand_jobs(replace(cfg, budget_agent=budget, budget_sweep=None))]
+    return [
+        job for budget in cfg.budget_sweep for job in expand_jobs(replace(cfg, budget_agent=budget, budget_sweep=None))
+    ]
 
 
 def evaluate(cfg: EvalConfig) -> dict[str, Any]:
@@ -72,7 +76,6 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     write_plots(records, out, sweep=bool(cfg.budget_sweep))
     reference = max(cfg.budget_sweep) if cfg.budget_sweep else cfg.budget_agent  # the table is at one budget
     at_budget = [r for r in records if r.get("budget_agent", reference) == reference]
-    summary = write_report(at_budget, {**config, "budget_agent": reference}, out, title=cfg.title,
-                           all_records=records)
+    summary = write_report(at_budget, {**config, "budget_agent": reference}, out, title=cfg.title, all_records=records)
     print(f"wrote {out / 'summary.json'}, {out / 'report.md'} and plots", file=sys.stderr)
     return summary

@@ -33,10 +33,19 @@ from rir_runtime.values import ValueProbe, latest_best_bisect
 
 # The fatal action's first word names the mistake (TextWorld cooking and ScienceWorld verbs).
 VERB_CATEGORIES = {
-    "focus": "focused on the wrong thing", "eat": "ate the meal unprepared", "prepare": "prepared the meal early",
-    "slice": "wrong cut", "dice": "wrong cut", "chop": "wrong cut", "cook": "wrong cooking",
-    "drop": "dropped something needed", "put": "put something away", "insert": "put something away",
-    "take": "took the wrong item", "pick": "took the wrong item", "move": "moved the wrong thing",
+    "focus": "focused on the wrong thing",
+    "eat": "ate the meal unprepared",
+    "prepare": "prepared the meal early",
+    "slice": "wrong cut",
+    "dice": "wrong cut",
+    "chop": "wrong cut",
+    "cook": "wrong cooking",
+    "drop": "dropped something needed",
+    "put": "put something away",
+    "insert": "put something away",
+    "take": "took the wrong item",
+    "pick": "took the wrong item",
+    "move": "moved the wrong thing",
 }
 
 
@@ -69,8 +78,16 @@ def branches(events: list[dict[str, Any]], stop_reason: str) -> list[Branch]:
     steps: tuple[Step, ...] = ()
     for event in events:
         if event["type"] == "step":
-            steps += (Step(len(steps), event["action"], event.get("observation", ""), event.get("score", 0.0),
-                           event.get("won", False), event.get("lost", False)),)
+            steps += (
+                Step(
+                    len(steps),
+                    event["action"],
+                    event.get("observation", ""),
+                    event.get("score", 0.0),
+                    event.get("won", False),
+                    event.get("lost", False),
+                ),
+            )
         elif event["type"] == "restore" and event.get("k", 0) > 0:
             out.append(Branch(steps, "restore", event["to"]))
             steps = steps[: event["to"]]
@@ -148,24 +165,39 @@ def analyse(run: Path) -> MistakeReport:
                 if branch.ended_by == "won":
                     continue
                 try:
-                    fatal = (first_fatal_step(env, task, branch.steps, probe) if env.expert_replans
-                             else lost_step(branch.steps))
+                    fatal = (
+                        first_fatal_step(env, task, branch.steps, probe)
+                        if env.expert_replans
+                        else lost_step(branch.steps)
+                    )
                 except (Unwinnable, RestoreError) as err:
-                    reason = ("expert cannot win from the start" if isinstance(err, Unwinnable)
-                              else "re-execution diverged from the record")
+                    reason = (
+                        "expert cannot win from the start"
+                        if isinstance(err, Unwinnable)
+                        else "re-execution diverged from the record"
+                    )
                     report.categories[reason] += 1
                     report.examples.setdefault(reason, task.key)
                     continue
                 if branch.ended_by == "restore":
-                    landed = NO_FATAL_STEP if fatal is None else (
-                        LANDED_BEFORE if branch.restore_to <= fatal else LANDED_AFTER)
+                    landed = (
+                        NO_FATAL_STEP
+                        if fatal is None
+                        else (LANDED_BEFORE if branch.restore_to <= fatal else LANDED_AFTER)
+                    )
                     report.restores[(who, landed)] += 1
                 else:
                     category = categorize(branch.actions, fatal)
                     report.categories[category] += 1
-                    report.examples.setdefault(category, f"{task.key}: " + (
-                        f"step {fatal} '{branch.actions[fatal]}'" if fatal is not None else
-                        " / ".join(branch.actions[-4:])))
+                    report.examples.setdefault(
+                        category,
+                        f"{task.key}: "
+                        + (
+                            f"step {fatal} '{branch.actions[fatal]}'"
+                            if fatal is not None
+                            else " / ".join(branch.actions[-4:])
+                        ),
+                    )
     finally:
         for env in envs.values():
             env.close()
@@ -173,20 +205,41 @@ def analyse(run: Path) -> MistakeReport:
 
 
 def markdown(report: MistakeReport, run: Path) -> str:
-    lines = [f"# Mistakes in {run}", "", "Failed episodes by the first fatal step of their final branch:", "",
-             "| category | episodes | example |", "| --- | ---: | --- |"]
+    lines = [
+        f"# Mistakes in {run}",
+        "",
+        "Failed episodes by the first fatal step of their final branch:",
+        "",
+        "| category | episodes | example |",
+        "| --- | ---: | --- |",
+    ]
     lines += [f"| {c} | {n} | {report.examples[c]} |" for c, n in report.categories.most_common()]
     landings = (LANDED_BEFORE, LANDED_AFTER, NO_FATAL_STEP)
-    lines += ["", "Restores, against the first fatal step of the branch they abandoned:", "",
-              "| method / controller | " + " | ".join(landings) + " |", "| --- |" + " ---: |" * len(landings)]
-    lines += [f"| {m} | " + " | ".join(str(report.restores[(m, c)]) for c in landings) + " |"
-              for m in sorted({m for m, _ in report.restores})] or ["| (no restores) |" + " 0 |" * len(landings)]
+    lines += [
+        "",
+        "Restores, against the first fatal step of the branch they abandoned:",
+        "",
+        "| method / controller | " + " | ".join(landings) + " |",
+        "| --- |" + " ---: |" * len(landings),
+    ]
+    lines += [
+        f"| {m} | " + " | ".join(str(report.restores[(m, c)]) for c in landings) + " |"
+        for m in sorted({m for m, _ in report.restores})
+    ] or ["| (no restores) |" + " 0 |" * len(landings)]
     if report.after_restore:
         methods = sorted({m for m, _ in report.after_restore})
-        lines += ["", "The agent's next action at the restore point (does the kept memory change it?):", "",
-                  "| method / controller | the abandoned action again | another action |", "| --- | ---: | ---: |"]
-        lines += [f"| {m} | {report.after_restore[(m, 'the abandoned action again')]} | "
-                  f"{report.after_restore[(m, 'another action')]} |" for m in methods]
+        lines += [
+            "",
+            "The agent's next action at the restore point (does the kept memory change it?):",
+            "",
+            "| method / controller | the abandoned action again | another action |",
+            "| --- | ---: | ---: |",
+        ]
+        lines += [
+            f"| {m} | {report.after_restore[(m, 'the abandoned action again')]} | "
+            f"{report.after_restore[(m, 'another action')]} |"
+            for m in methods
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -44,8 +44,10 @@ class PipelineConfig:
     base_model: str = field(default="smollm2-135m-instruct", metadata={"help": "controller base model"})
     policy: str = field(default="noisy-expert", metadata={"help": "base policy of rollouts and eval"})
     error_rate: float = field(default=0.15, metadata={"help": "noisy-expert error rate"})
-    explore: list[str] = field(default_factory=lambda: ["random-review", "random-restore"],
-                               metadata={"help": "exploratory rollout controllers"})
+    explore: list[str] = field(
+        default_factory=lambda: ["random-review", "random-restore"],
+        metadata={"help": "exploratory rollout controllers"},
+    )
     sft_config: str = field(default="configs/train/sft_cpu_quick.yaml", metadata={"help": "SFT YAML"})
     sft_max_steps: int = field(default=0, metadata={"help": "override the SFT config's max_steps (0: keep)"})
     sft_max_length: int = field(default=0, metadata={"help": "override the training max_length (0: keep)"})
@@ -53,8 +55,10 @@ class PipelineConfig:
     dpo_max_steps: int = field(default=0, metadata={"help": "override the DPO config's max_steps (0: keep)"})
     max_prompt_tokens: int = field(default=1024, metadata={"help": "prompt bound of the datasets"})
     eval_methods: list[str] = field(default_factory=lambda: ["react", "rir"], metadata={"help": "methods on test"})
-    eval_controllers: list[str] = field(default_factory=lambda: ["heuristic", "prompted", "tuned"], metadata={
-        "help": "heuristic, oracle, prompted (the base model), tuned (the trained adapter), or full specs"})
+    eval_controllers: list[str] = field(
+        default_factory=lambda: ["heuristic", "prompted", "tuned"],
+        metadata={"help": "heuristic, oracle, prompted (the base model), tuned (the trained adapter), or full specs"},
+    )
     budget_agent: int = field(default=40, metadata={"help": "B_agent in the eval"})
     budget_rollback: int = field(default=3, metadata={"help": "B_rb in the eval"})
     review_interval: int = field(default=4, metadata={"help": "initial scheduled review interval"})
@@ -100,8 +104,23 @@ class Stages:
 def _train(kind: str, config: str, out: Path, model: str, data: Path, max_steps: int, extra: list[str]) -> None:
     if not Path(config).exists():
         raise UserInputError(f"{kind} config {config} does not exist: fix `{kind}_config` in the pipeline YAML")
-    cmd = [sys.executable, "-m", f"train.{kind}", "--config", config, "--model", model, "--data", str(data),
-           "--output_dir", str(out)] + (["--max_steps", str(max_steps)] if max_steps else []) + extra
+    cmd = (
+        [
+            sys.executable,
+            "-m",
+            f"train.{kind}",
+            "--config",
+            config,
+            "--model",
+            model,
+            "--data",
+            str(data),
+            "--output_dir",
+            str(out),
+        ]
+        + (["--max_steps", str(max_steps)] if max_steps else [])
+        + extra
+    )
     print("[pipeline] $ " + " ".join(cmd), file=sys.stderr)
     if subprocess.run(cmd).returncode != 0:
         raise RIRError(f"{kind} training failed (see the log above); the pipeline stops here, rerun to resume")
@@ -125,45 +144,107 @@ def run_pipeline(cfg: PipelineConfig) -> Path:
 
     rollout_dirs, keys = [], []
     for suite in cfg.suites:
-        rc = dict(env=suite.env, tasks=suite.tasks, split="train", variations=suite.train_variations,
-                  methods=["rir"], controller=["heuristic"], explore=cfg.explore, workers=cfg.workers,
-                  review_interval=cfg.review_interval, **common)
+        rc = dict(
+            env=suite.env,
+            tasks=suite.tasks,
+            split="train",
+            variations=suite.train_variations,
+            methods=["rir"],
+            controller=["heuristic"],
+            explore=cfg.explore,
+            workers=cfg.workers,
+            review_interval=cfg.review_interval,
+            **common,
+        )
         key = _key("rollout", rc)
-        rollout_dirs.append(stages.run(f"rollout-{suite.env}", key,
-                                       lambda d, rc=rc: rollout(RolloutConfig(**rc, out=str(d)))))
+        rollout_dirs.append(
+            stages.run(f"rollout-{suite.env}", key, lambda d, rc=rc: rollout(RolloutConfig(**rc, out=str(d))))
+        )
         keys.append(key)
 
     data_key = _key("data", keys, cfg.max_prompt_tokens, cfg.base_model)
-    data = stages.run("data", data_key, lambda d: build(BuildConfig(
-        rollouts=[str(p) for p in rollout_dirs], out=str(d), max_prompt_tokens=cfg.max_prompt_tokens,
-        tokenizer=cfg.base_model)))
+    data = stages.run(
+        "data",
+        data_key,
+        lambda d: build(
+            BuildConfig(
+                rollouts=[str(p) for p in rollout_dirs],
+                out=str(d),
+                max_prompt_tokens=cfg.max_prompt_tokens,
+                tokenizer=cfg.base_model,
+            )
+        ),
+    )
 
-    sft_key = _key("sft", data_key, cfg.base_model, Path(cfg.sft_config).read_text() if Path(cfg.sft_config).exists()
-                   else cfg.sft_config, cfg.sft_max_steps, cfg.sft_max_length)
+    sft_key = _key(
+        "sft",
+        data_key,
+        cfg.base_model,
+        Path(cfg.sft_config).read_text() if Path(cfg.sft_config).exists() else cfg.sft_config,
+        cfg.sft_max_steps,
+        cfg.sft_max_length,
+    )
     length = ["--max_length", str(cfg.sft_max_length)] if cfg.sft_max_length else []
-    adapter = stages.run("sft", sft_key, lambda d: _train("sft", cfg.sft_config, d, cfg.base_model, data,
-                                                           cfg.sft_max_steps, length))
+    adapter = stages.run(
+        "sft", sft_key, lambda d: _train("sft", cfg.sft_config, d, cfg.base_model, data, cfg.sft_max_steps, length)
+    )
     tuned_key = sft_key
     if cfg.dpo_config:
-        tuned_key = _key("dpo", sft_key, Path(cfg.dpo_config).read_text() if Path(cfg.dpo_config).exists()
-                         else cfg.dpo_config, cfg.dpo_max_steps)
-        adapter = stages.run("dpo", tuned_key, lambda d: _train("dpo", cfg.dpo_config, d, cfg.base_model, data,
-                                                                 cfg.dpo_max_steps, ["--sft_adapter", str(adapter)] + length))
+        tuned_key = _key(
+            "dpo",
+            sft_key,
+            Path(cfg.dpo_config).read_text() if Path(cfg.dpo_config).exists() else cfg.dpo_config,
+            cfg.dpo_max_steps,
+        )
+        adapter = stages.run(
+            "dpo",
+            tuned_key,
+            lambda d: _train(
+                "dpo",
+                cfg.dpo_config,
+                d,
+                cfg.base_model,
+                data,
+                cfg.dpo_max_steps,
+                ["--sft_adapter", str(adapter)] + length,
+            ),
+        )
 
     specs = [controller_spec(c, cfg, adapter) for c in cfg.eval_controllers]
     offline_specs = [s for s in specs if s != "oracle"]
     ce_key = _key("controller-eval", tuned_key, offline_specs, cfg.controller_eval_rows)
-    ce_dir = stages.run("controller-eval", ce_key, lambda d: evaluate_controllers(ControllerEvalConfig(
-        data=str(data), controller=offline_specs, max_rows=cfg.controller_eval_rows, out=str(d))))
+    ce_dir = stages.run(
+        "controller-eval",
+        ce_key,
+        lambda d: evaluate_controllers(
+            ControllerEvalConfig(
+                data=str(data), controller=offline_specs, max_rows=cfg.controller_eval_rows, out=str(d)
+            )
+        ),
+    )
 
     eval_dirs = []
     for suite in cfg.suites:
-        ec = dict(env=suite.env, tasks=suite.tasks, split="test", variations=suite.test_variations,
-                  methods=cfg.eval_methods, controller=specs, budget_agent=cfg.budget_agent,
-                  budget_rollback=cfg.budget_rollback, review_interval=cfg.review_interval, workers=cfg.workers,
-                  **common)
-        eval_dirs.append(stages.run(f"eval-{suite.env}", _key("eval", tuned_key, ec),
-                                    lambda d, ec=ec: evaluate(EvalConfig(**ec, out=str(d)))))
+        ec = dict(
+            env=suite.env,
+            tasks=suite.tasks,
+            split="test",
+            variations=suite.test_variations,
+            methods=cfg.eval_methods,
+            controller=specs,
+            budget_agent=cfg.budget_agent,
+            budget_rollback=cfg.budget_rollback,
+            review_interval=cfg.review_interval,
+            workers=cfg.workers,
+            **common,
+        )
+        eval_dirs.append(
+            stages.run(
+                f"eval-{suite.env}",
+                _key("eval", tuned_key, ec),
+                lambda d, ec=ec: evaluate(EvalConfig(**ec, out=str(d))),
+            )
+        )
 
     report = root / "report.md"
     report.write_text(final_report(cfg, specs, ce_dir, eval_dirs, stages.timings, time.perf_counter() - start))
@@ -192,12 +273,16 @@ def headline(specs: list[str], evals: list[dict[str, Any]]) -> list[str]:
         return ["No RIR episodes were evaluated, so no controller comparison is available."]
     ranked = sorted(pooled.items(), key=lambda kv: (-kv[1][0] / kv[1][1], kv[1][2] / kv[1][1]))
     (best, b), rest = ranked[0], ranked[1:]
-    line = (f"**Winner: `{best}`** with {b[0] / b[1]:.1%} test success over {int(b[1])} RIR episodes, "
-            f"at {b[2] / b[1]:.1f} agent calls per episode")
+    line = (
+        f"**Winner: `{best}`** with {b[0] / b[1]:.1%} test success over {int(b[1])} RIR episodes, "
+        f"at {b[2] / b[1]:.1f} agent calls per episode"
+    )
     if rest:
         second, s = rest[0]
-        line += (f"; runner-up `{second}` {s[0] / s[1]:.1%} ({(b[0] / b[1] - s[0] / s[1]) * 100:+.1f} points, "
-                 f"{s[2] / s[1]:.1f} calls).")
+        line += (
+            f"; runner-up `{second}` {s[0] / s[1]:.1%} ({(b[0] / b[1] - s[0] / s[1]) * 100:+.1f} points, "
+            f"{s[2] / s[1]:.1f} calls)."
+        )
     others = [f"`{c}` {v[0] / v[1]:.1%} at {v[2] / v[1]:.1f} calls" for c, v in rest[1:]]
     return [line] + ([f"Others: {', '.join(others)}."] if others else [])
 
@@ -215,19 +300,33 @@ def benchmark_table(envs: list[str], evals: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def final_report(cfg: PipelineConfig, specs: list[str], ce_dir: Path, eval_dirs: list[Path],
-                 timings: dict[str, float], wall_s: float) -> str:
+def final_report(
+    cfg: PipelineConfig, specs: list[str], ce_dir: Path, eval_dirs: list[Path], timings: dict[str, float], wall_s: float
+) -> str:
     from eval.report import table
 
     evals = [_load(d / "summary.json") for d in eval_dirs]
-    lines = ["# RIR pipeline report", ""] + headline(specs, evals) + [
-        "", f"Base model `{cfg.base_model}`, policy `{cfg.policy}` (error rate {cfg.error_rate}), "
-        f"budgets B_agent={cfg.budget_agent}, B_rb={cfg.budget_rollback}; pipeline wall time {wall_s:.0f}s.", ""]
+    lines = (
+        ["# RIR pipeline report", ""]
+        + headline(specs, evals)
+        + [
+            "",
+            f"Base model `{cfg.base_model}`, policy `{cfg.policy}` (error rate {cfg.error_rate}), "
+            f"budgets B_agent={cfg.budget_agent}, B_rb={cfg.budget_rollback}; pipeline wall time {wall_s:.0f}s.",
+            "",
+        ]
+    )
     if len(evals) > 1:
         lines += ["## Main table (test split)", "", benchmark_table([s.env for s in cfg.suites], evals), ""]
     for suite, d, summary in zip(cfg.suites, eval_dirs, evals):
-        lines += [f"## Test split: {suite.env} (variations {suite.test_variations})", "", table(summary), "",
-                  f"Details: `{d / 'report.md'}`", ""]
+        lines += [
+            f"## Test split: {suite.env} (variations {suite.test_variations})",
+            "",
+            table(summary),
+            "",
+            f"Details: `{d / 'report.md'}`",
+            "",
+        ]
     ce = ce_dir / "controller_eval.md"
     if ce.exists():
         lines += ["## Offline decision quality (validation split)", "", ce.read_text().split("\n", 2)[-1], ""]

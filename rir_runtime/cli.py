@@ -183,34 +183,72 @@ def build_parser() -> argparse.ArgumentParser:
 
     from rir_runtime.jobs import SelectionConfig
 
-    _stage(sub, "run", "run one episode (first task, variation, method, seed) and print its transcript",
-           SelectionConfig, cmd_run)
+    _stage(
+        sub,
+        "run",
+        "run one episode (first task, variation, method, seed) and print its transcript",
+        SelectionConfig,
+        cmd_run,
+    )
     from eval.harness import EvalConfig
 
-    _stage(sub, "eval", "evaluate methods x controllers x tasks x seeds at fixed budgets (optionally a budget "
-           "sweep); writes episodes.jsonl, summary.json, report.md and plots", EvalConfig, cmd_eval)
+    _stage(
+        sub,
+        "eval",
+        "evaluate methods x controllers x tasks x seeds at fixed budgets (optionally a budget "
+        "sweep); writes episodes.jsonl, summary.json, report.md and plots",
+        EvalConfig,
+        cmd_eval,
+    )
     from eval.controller_eval import ControllerEvalConfig
 
-    _stage(sub, "eval-controller", "offline decision quality of controllers on held-out labelled datasets",
-           ControllerEvalConfig, cmd_eval_controller)
+    _stage(
+        sub,
+        "eval-controller",
+        "offline decision quality of controllers on held-out labelled datasets",
+        ControllerEvalConfig,
+        cmd_eval_controller,
+    )
     from train.cli import add_train_commands
 
     add_train_commands(sub)
     from eval.pipeline import PipelineConfig
 
-    _stage(sub, "pipeline", "every stage end to end (rollouts, labels, datasets, SFT/DPO, offline and "
-           "downstream evaluation), cached; prints where the report is", PipelineConfig, cmd_pipeline)
+    _stage(
+        sub,
+        "pipeline",
+        "every stage end to end (rollouts, labels, datasets, SFT/DPO, offline and "
+        "downstream evaluation), cached; prints where the report is",
+        PipelineConfig,
+        cmd_pipeline,
+    )
     from data_gen.build import BuildConfig
     from data_gen.rollout import RolloutConfig
 
-    _stage(sub, "rollout", "generate controller data: RIR episodes (plus exploratory variants) with a base "
-           "policy into an append-only, resumable run folder", RolloutConfig, cmd_rollout)
-    _stage(sub, "build-data", "label rollouts in hindsight and build TRL datasets (review/locate/reflect, "
-           "SFT and preference)", BuildConfig, cmd_build_data)
+    _stage(
+        sub,
+        "rollout",
+        "generate controller data: RIR episodes (plus exploratory variants) with a base "
+        "policy into an append-only, resumable run folder",
+        RolloutConfig,
+        cmd_rollout,
+    )
+    _stage(
+        sub,
+        "build-data",
+        "label rollouts in hindsight and build TRL datasets (review/locate/reflect, SFT and preference)",
+        BuildConfig,
+        cmd_build_data,
+    )
 
-    mistakes = sub.add_parser("mistakes", help="categorise an eval run's failures by their first fatal step (in "
-                              "hindsight) and check whether restores landed before them; writes mistakes.md")
-    mistakes.add_argument("--run", required=True, help="a folder written by rir eval or rir rollout (holds episodes*.jsonl)")
+    mistakes = sub.add_parser(
+        "mistakes",
+        help="categorise an eval run's failures by their first fatal step (in "
+        "hindsight) and check whether restores landed before them; writes mistakes.md",
+    )
+    mistakes.add_argument(
+        "--run", required=True, help="a folder written by rir eval or rir rollout (holds episodes*.jsonl)"
+    )
     mistakes.set_defaults(handler=cmd_mistakes)
     return parser
 

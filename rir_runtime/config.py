@@ -44,10 +44,14 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
             (item_type,) = typing.get_args(base) or (str,)
             if dataclasses.is_dataclass(item_type):  # nested sections: YAML mappings, or JSON on the CLI
                 items = json.loads(value) if isinstance(value, str) else value
-                return [v if isinstance(v, item_type) else build_config(item_type, v, source=f"'{key}' entry")
-                        for v in items]
+                return [
+                    v if isinstance(v, item_type) else build_config(item_type, v, source=f"'{key}' entry")
+                    for v in items
+                ]
             items = value.split(",") if isinstance(value, str) else list(value)
-            return [item_type(str(v).strip()) if item_type is not str else str(v).strip() for v in items if str(v).strip()]
+            return [
+                item_type(str(v).strip()) if item_type is not str else str(v).strip() for v in items if str(v).strip()
+            ]
         if base is bool:
             if isinstance(value, bool):
                 return value
@@ -59,7 +63,9 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
         if base in (int, float, str):
             return base(value)
     except (TypeError, ValueError, AttributeError):
-        raise UserInputError(f"config key '{key}': cannot read {value!r} as {getattr(base, '__name__', base)}") from None
+        raise UserInputError(
+            f"config key '{key}': cannot read {value!r} as {getattr(base, '__name__', base)}"
+        ) from None
     return value
 
 
@@ -71,7 +77,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise UserInputError(f"config file {path} is not valid YAML ({str(err).splitlines()[0]}): fix the syntax") from None
+        raise UserInputError(
+            f"config file {path} is not valid YAML ({str(err).splitlines()[0]}): fix the syntax"
+        ) from None
     if not isinstance(data, dict):
         raise UserInputError(f"config file {path} must hold a mapping of keys to values, not {type(data).__name__}")
     return data

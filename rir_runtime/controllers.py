@@ -25,10 +25,27 @@ from rir_runtime.prompts import DecisionContext, content_tokens, fit_decision
 from rir_runtime.structured import fill_reflection
 
 # Verbs that only look or move: a failure is rarely caused by them.
-PASSIVE_VERBS = {"look", "inventory", "examine", "read", "go", "wait", "check", "task", "score", "teleport",
-                 "take", "pick", "open", "close"}
-ERROR_OBSERVATION = re.compile(r"nothing happens|not possible|can't|cannot|don't understand|no known action|"
-                               r"unknown|not recognized|ambiguous", re.IGNORECASE)
+PASSIVE_VERBS = {
+    "look",
+    "inventory",
+    "examine",
+    "read",
+    "go",
+    "wait",
+    "check",
+    "task",
+    "score",
+    "teleport",
+    "take",
+    "pick",
+    "open",
+    "close",
+}
+ERROR_OBSERVATION = re.compile(
+    r"nothing happens|not possible|can't|cannot|don't understand|no known action|"
+    r"unknown|not recognized|ambiguous",
+    re.IGNORECASE,
+)
 
 
 class Controller(Protocol):
@@ -63,8 +80,9 @@ def failure_signal(ctx: DecisionContext, stall_steps: int = 8, loop_steps: int =
     if len(h) >= 2 and last.score < h[-2].score:
         return FailureSignal(f"the score dropped after '{last.action}'", urgent=True)
     if len(h) >= loop_steps and len({(s.action, s.observation) for s in h[-loop_steps:]}) == 1:
-        return FailureSignal(f"'{last.action}' repeated {loop_steps} times to the same reply: the agent is stuck",
-                             urgent=True)
+        return FailureSignal(
+            f"'{last.action}' repeated {loop_steps} times to the same reply: the agent is stuck", urgent=True
+        )
     if ERROR_OBSERVATION.search(last.observation):
         return FailureSignal(f"'{last.action}' was not possible")
     if len(h) > stall_steps and h[-1].score <= h[-1 - stall_steps].score:
@@ -108,7 +126,9 @@ def reflection_for(ctx: DecisionContext, r: int) -> Reflection:
         r = min(suspect_step(ctx), len(h) - 1)
     culprit = h[r]
     before = h[r - 1].observation if r > 0 else "at the start"
-    knowledge = tuple(dict.fromkeys(f"'{s.action}' does nothing useful" for s in h[r:] if ERROR_OBSERVATION.search(s.observation)))
+    knowledge = tuple(
+        dict.fromkeys(f"'{s.action}' does nothing useful" for s in h[r:] if ERROR_OBSERVATION.search(s.observation))
+    )
     gains = [s for i, s in enumerate(h[r:], start=r) if s.score > (h[i - 1].score if i > 0 else 0)]
     milestones = tuple(f"score {s.score:g} after '{s.action}'" for s in gains[-3:])
     outcome = h[-1].observation if h[-1].lost else f"the attempt failed later ({h[-1].observation[:120]})"
@@ -210,8 +230,10 @@ def candidates(kind: DecisionKind, ctx: DecisionContext) -> list[tuple[str, obje
     """The closed answer set of a review or locate decision, as JSON prefixes of the training
     targets (`dump`), for ranking by likelihood."""
     if kind == "review":
-        return [('{"decision": "continue"', Review("continue", "ranked by likelihood")),
-                ('{"decision": "recover"', Review("recover", "ranked by likelihood"))]
+        return [
+            ('{"decision": "continue"', Review("continue", "ranked by likelihood")),
+            ('{"decision": "recover"', Review("recover", "ranked by likelihood")),
+        ]
     if kind == "locate_coarse":
         return [(f'{{"segment": {i}}}', i) for i in range(len(ctx.segments))]
     a, b = ctx.segment or (0, len(ctx.history) + 1)
@@ -232,8 +254,14 @@ class PromptedController:
 
     uses_model = True
 
-    def __init__(self, backend: object, name: str, max_new_tokens: int = 160, max_prompt_tokens: int = 2048,
-                 rank: bool | None = None) -> None:
+    def __init__(
+        self,
+        backend: object,
+        name: str,
+        max_new_tokens: int = 160,
+        max_prompt_tokens: int = 2048,
+        rank: bool | None = None,
+    ) -> None:
         self.backend = backend
         self.name = name
         self.max_new_tokens = max_new_tokens
@@ -304,8 +332,14 @@ class CompositeController:
         return self.what.reflect(ctx)
 
 
-CONTROLLER_KINDS = ("heuristic", "oracle", "prompted:<model>", "tuned:<adapter-folder>", "random-review",
-                    "random-restore")
+CONTROLLER_KINDS = (
+    "heuristic",
+    "oracle",
+    "prompted:<model>",
+    "tuned:<adapter-folder>",
+    "random-review",
+    "random-restore",
+)
 
 
 def make_controller(spec: str, backend_factory: Callable[[str], object] | None = None) -> Controller:
@@ -332,8 +366,13 @@ def make_controller(spec: str, backend_factory: Callable[[str], object] | None =
 
 
 __all__ = [
-    "CompositeController", "Controller", "HeuristicController", "OracleController", "PromptedController",
-    "dump", "make_controller",
+    "CompositeController",
+    "Controller",
+    "HeuristicController",
+    "OracleController",
+    "PromptedController",
+    "dump",
+    "make_controller",
 ]
 
 
@@ -344,8 +383,11 @@ class ExploringController(HeuristicController):
 
     def __init__(self, random_review: bool, random_restore: bool, p_recover: float = 0.3) -> None:
         self.random_review, self.random_restore, self.p_recover = random_review, random_restore, p_recover
-        self.name = "random-review" if random_review and not random_restore else (
-            "random-restore" if random_restore and not random_review else "random")
+        self.name = (
+            "random-review"
+            if random_review and not random_restore
+            else ("random-restore" if random_restore and not random_review else "random")
+        )
 
     def _draw(self, ctx: DecisionContext, salt: str) -> float:
         from rir_runtime.policies import _unit

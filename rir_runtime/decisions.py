@@ -146,8 +146,13 @@ def parse(kind: DecisionKind, text: str) -> Any:
     failure = obj.get("failure")
     parsed_failure = None
     if isinstance(failure, dict) and failure.get("action"):
-        parsed_failure = Failure(*(str(failure.get(k, "")).strip() for k in ("condition", "action", "outcome", "lesson")))
+        parsed_failure = Failure(
+            *(str(failure.get(k, "")).strip() for k in ("condition", "action", "outcome", "lesson"))
+        )
     elif failure not in (None, {}, ""):
         raise ParseError('"failure" must be an object with condition, action, outcome and lesson, or null')
-    return Reflection(_str_list(obj.get("env_knowledge"), "env_knowledge"), _str_list(obj.get("milestones"), "milestones"),
-                      parsed_failure)
+    return Reflection(
+        _str_list(obj.get("env_knowledge"), "env_knowledge"),
+        _str_list(obj.get("milestones"), "milestones"),
+        parsed_failure,
+    )

@@ -38,17 +38,26 @@ class SelectionConfig:
     policy_mode: str = field(default="rank", metadata={"help": "LLM action mode", "choices": list(MODES)})
     error_rate: float = field(default=0.15, metadata={"help": "error rate of the noisy expert"})
     methods: list[str] = field(default_factory=lambda: list(METHODS), metadata={"help": "comma list of presets"})
-    controller: list[str] = field(default_factory=lambda: ["heuristic"], metadata={
-        "help": "comma list of controllers: heuristic, oracle, prompted:<model>, tuned:<adapter>, "
-                "or per-module swaps when=<c>;where=<c>;what=<c>"})
+    controller: list[str] = field(
+        default_factory=lambda: ["heuristic"],
+        metadata={
+            "help": "comma list of controllers: heuristic, oracle, prompted:<model>, tuned:<adapter>, "
+            "or per-module swaps when=<c>;where=<c>;what=<c>"
+        },
+    )
     seeds: list[int] = field(default_factory=lambda: [0], metadata={"help": "comma list of seeds"})
     budget_agent: int = field(default=60, metadata={"help": "B_agent: model calls per episode"})
     budget_rollback: int = field(default=5, metadata={"help": "B_rb: recoveries per episode"})
     max_steps: int = field(default=100, metadata={"help": "environment steps per episode (safety cap)"})
     review_interval: int = field(default=4, metadata={"help": "initial scheduled review interval"})
     workers: int = field(default=1, metadata={"help": "parallel worker processes"})
-    concurrency: int = field(default=1, metadata={"help": "episodes run concurrently in threads of one process; "
-                                                          "their model calls are batched into one generate call"})
+    concurrency: int = field(
+        default=1,
+        metadata={
+            "help": "episodes run concurrently in threads of one process; "
+            "their model calls are batched into one generate call"
+        },
+    )
     out: str = field(default="runs/eval", metadata={"help": "output folder"})
 
     def __post_init__(self) -> None:
@@ -107,8 +116,19 @@ def expand_jobs(cfg: SelectionConfig, env: Env | None = None) -> list[EpisodeJob
         for method in cfg.methods:
             for controller in cfg.controller:
                 for seed in cfg.seeds:
-                    job = EpisodeJob(spec, method, controller, cfg.policy, cfg.policy_mode, cfg.error_rate, seed,
-                                     cfg.budget_agent, cfg.budget_rollback, cfg.max_steps, cfg.review_interval)
+                    job = EpisodeJob(
+                        spec,
+                        method,
+                        controller,
+                        cfg.policy,
+                        cfg.policy_mode,
+                        cfg.error_rate,
+                        seed,
+                        cfg.budget_agent,
+                        cfg.budget_rollback,
+                        cfg.max_steps,
+                        cfg.review_interval,
+                    )
                     jobs.setdefault(job.episode_id, job)
     return list(jobs.values())
 
@@ -171,11 +191,23 @@ def run_job(job: EpisodeJob) -> dict[str, Any]:
         model = job.policy.split(":", 1)[1]
         policy = LLMPolicy(_backend(model), job.policy_mode, name=job.policy)
     controller = make_controller(job.controller, _backend)
-    runner = EpisodeRunner(env, policy, controller, PRESETS[job.method],
-                           Budgets(job.budget_agent, job.budget_rollback, job.max_steps), job.review_interval)
+    runner = EpisodeRunner(
+        env,
+        policy,
+        controller,
+        PRESETS[job.method],
+        Budgets(job.budget_agent, job.budget_rollback, job.max_steps),
+        job.review_interval,
+    )
     record = runner.run(job.task)
-    record.update(episode_id=job.episode_id, seed=job.seed, tag=job.tag, error_rate=job.error_rate,
-                  budget_agent=job.budget_agent, budget_rollback=job.budget_rollback)
+    record.update(
+        episode_id=job.episode_id,
+        seed=job.seed,
+        tag=job.tag,
+        error_rate=job.error_rate,
+        budget_agent=job.budget_agent,
+        budget_rollback=job.budget_rollback,
+    )
     if job.method == "react":
         record["controller"] = "-"
     return record
@@ -206,8 +238,14 @@ def _repair_tail(path: Path) -> None:
                 fh.write(b"\n")
 
 
-def run_jobs(jobs: list[EpisodeJob], out_file: Path, workers: int = 1, concurrency: int = 1,
-             on_record: Callable[[dict[str, Any]], None] | None = None, desc: str = "episodes") -> list[dict[str, Any]]:
+def run_jobs(
+    jobs: list[EpisodeJob],
+    out_file: Path,
+    workers: int = 1,
+    concurrency: int = 1,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    desc: str = "episodes",
+) -> list[dict[str, Any]]:
     """Run the jobs not yet in `out_file`, appending one line per finished episode."""
     out_file.parent.mkdir(parents=True, exist_ok=True)
     done_records = read_episodes(out_file)

@@ -79,15 +79,27 @@ class Episode:
 
 
 def _oracle_parts(controller: Controller) -> list[OracleController]:
-    parts = [controller.when, controller.where, controller.what] if isinstance(controller, CompositeController) else [controller]
+    parts = (
+        [controller.when, controller.where, controller.what]
+        if isinstance(controller, CompositeController)
+        else [controller]
+    )
     return [p for p in parts if isinstance(p, OracleController)]
 
 
 class EpisodeRunner:
     """Runs episodes of one method (preset) with one policy and controller on one environment."""
 
-    def __init__(self, env: Env, policy: Policy, controller: Controller, preset: RecoveryPreset,
-                 budgets: Budgets = Budgets(), review_interval: int = 4, memory_chars: int = 1200) -> None:
+    def __init__(
+        self,
+        env: Env,
+        policy: Policy,
+        controller: Controller,
+        preset: RecoveryPreset,
+        budgets: Budgets = Budgets(),
+        review_interval: int = 4,
+        memory_chars: int = 1200,
+    ) -> None:
         self.env, self.policy, self.controller, self.preset = env, policy, controller, preset
         self.budgets, self.review_interval, self.memory_chars = budgets, review_interval, memory_chars
 
@@ -95,9 +107,12 @@ class EpisodeRunner:
     def run(self, task: TaskSpec) -> dict[str, Any]:
         start = time.perf_counter()
         obs = self.env.reset(task)
-        memory = ReflectionMemory(objective=obs.objective, mode=self.preset.memory,
-                                  keep_state_claims=self.preset.keep_state_claims,
-                                  keep_failures=self.preset.keep_failures)
+        memory = ReflectionMemory(
+            objective=obs.objective,
+            mode=self.preset.memory,
+            keep_state_claims=self.preset.keep_state_claims,
+            keep_failures=self.preset.keep_failures,
+        )
         ep = Episode(task, obs.objective, memory, observation=obs.text, score=obs.score)
         ep.store.save(self.env, ())
         probe = ValueProbe(self.env)
@@ -127,7 +142,9 @@ class EpisodeRunner:
         return record
 
     def _agent_turn(self, ep: Episode, schedule: ReviewSchedule) -> None:
-        ctx = AgentContext(ep.task.key, ep.objective, ep.memory, ep.history, ep.observation, self.env.admissible_actions)
+        ctx = AgentContext(
+            ep.task.key, ep.objective, ep.memory, ep.history, ep.observation, self.env.admissible_actions
+        )
         act = self.policy.act(ctx)
         ep.agent_calls += 1
         ep.prompt_tokens += act.prompt_tokens
@@ -152,8 +169,15 @@ class EpisodeRunner:
         ep.history = ep.history + (step,)
         ep.env_steps += 1
         ep.observation, ep.score = result.observation, result.score
-        ep.log("step", action=act.text, observation=result.observation, score=result.score,
-               won=result.won, lost=result.lost, injected_error=act.injected_error)
+        ep.log(
+            "step",
+            action=act.text,
+            observation=result.observation,
+            score=result.score,
+            won=result.won,
+            lost=result.lost,
+            injected_error=act.injected_error,
+        )
         if result.done:
             ep.done, ep.won, ep.lost = True, result.won, result.lost or not result.won
             return
@@ -178,9 +202,18 @@ class EpisodeRunner:
 
     def _context(self, ep: Episode, trigger: str, **extra: Any) -> DecisionContext:
         blamed = tuple(f.action for f in ep.memory.failures)
-        return DecisionContext(ep.task.key, ep.objective, ep.memory.render(self.memory_chars), ep.history,
-                               ep.observation, ep.score, trigger, tuple(ep.store.admissible()),
-                               blamed_actions=blamed, **extra)
+        return DecisionContext(
+            ep.task.key,
+            ep.objective,
+            ep.memory.render(self.memory_chars),
+            ep.history,
+            ep.observation,
+            ep.score,
+            trigger,
+            tuple(ep.store.admissible()),
+            blamed_actions=blamed,
+            **extra,
+        )
 
     def _decide(self, ep: Episode, call: str, ctx: DecisionContext) -> Decision | None:
         """One controller call, counted; None when a model-backed call would exceed the budget."""
@@ -199,8 +232,13 @@ class EpisodeRunner:
         decision = self._decide(ep, "review", self._context(ep, trigger))
         if decision is None:
             return False
-        ep.log("review", trigger=trigger, decision=decision.value.decision, reason=decision.value.reason,
-               raw=decision.raw or dump("review", decision.value))
+        ep.log(
+            "review",
+            trigger=trigger,
+            decision=decision.value.decision,
+            reason=decision.value.reason,
+            raw=decision.raw or dump("review", decision.value),
+        )
         schedule.on_verdict(ep.t, decision.value.recover)
         if not decision.value.recover:
             return False
@@ -258,9 +296,14 @@ class EpisodeRunner:
             decision = self._decide(ep, "reflect", self._context(ep, "reflect", restore_point=r))
             reflection = decision.value if decision else Reflection()
             ep.memory.add(reflection)
-            ep.log("reflect", restore_point=r, reflection=reflection.to_json(), memory=ep.memory.snapshot(),
-                   fallback=bool(decision and decision.meta.get("fallback")),  # the reply did not parse
-                   budget_spent=decision is None)  # no model call was left for the What
+            ep.log(
+                "reflect",
+                restore_point=r,
+                reflection=reflection.to_json(),
+                memory=ep.memory.snapshot(),
+                fallback=bool(decision and decision.meta.get("fallback")),  # the reply did not parse
+                budget_spent=decision is None,
+            )  # no model call was left for the What
         if r == ep.t and not ep.done:  # k = 0: stay, keep the reflection
             ep.recoveries += 1
             ep.log("restore", to=r, k=0)
@@ -283,15 +326,30 @@ class EpisodeRunner:
         task = ep.task
         first_errors = [e["t"] - 1 for e in ep.events if e["type"] == "step" and e.get("injected_error")]
         return {
-            "env": task.env, "task": task.task, "split": task.split, "variation": task.variation,
-            "method": self.preset.name, "controller": self.controller.name, "policy": self.policy.name,
-            "success": bool(ep.won), "score": ep.score, "agent_calls": ep.agent_calls,
-            "controller_calls": ep.controller_calls, "rollbacks": ep.rollbacks, "recoveries": ep.recoveries,
-            "env_steps": ep.env_steps, "prompt_tokens": ep.prompt_tokens, "completion_tokens": ep.completion_tokens,
-            "wall_s": round(wall_s, 4), "parse_failures": ep.parse_failures,
-            "restore_divergences": ep.store.divergences, "oracle_env_steps": probe.env_steps,
+            "env": task.env,
+            "task": task.task,
+            "split": task.split,
+            "variation": task.variation,
+            "method": self.preset.name,
+            "controller": self.controller.name,
+            "policy": self.policy.name,
+            "success": bool(ep.won),
+            "score": ep.score,
+            "agent_calls": ep.agent_calls,
+            "controller_calls": ep.controller_calls,
+            "rollbacks": ep.rollbacks,
+            "recoveries": ep.recoveries,
+            "env_steps": ep.env_steps,
+            "prompt_tokens": ep.prompt_tokens,
+            "completion_tokens": ep.completion_tokens,
+            "wall_s": round(wall_s, 4),
+            "parse_failures": ep.parse_failures,
+            "restore_divergences": ep.store.divergences,
+            "oracle_env_steps": probe.env_steps,
             "first_error_step": first_errors[0] if first_errors else None,
-            "stop_reason": ep.stop_reason, "memory": ep.memory.snapshot(), "events": ep.events,
+            "stop_reason": ep.stop_reason,
+            "memory": ep.memory.snapshot(),
+            "events": ep.events,
         }
 
 

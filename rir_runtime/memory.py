@@ -82,7 +82,9 @@ class ReflectionMemory:
         condition recorded or a condition that appears in `condition_hint` (the situation now)."""
         action = action.strip().lower()
         for f in self.failures:
-            if f.action.strip().lower() == action and (not condition_hint or _condition_matches(f.condition, condition_hint)):
+            if f.action.strip().lower() == action and (
+                not condition_hint or _condition_matches(f.condition, condition_hint)
+            ):
                 return True
         return any(f"'{action}'" in note.lower() for note in self.notes)
 
@@ -109,7 +111,9 @@ class ReflectionMemory:
         return "\n".join(reversed(kept))
 
     @classmethod
-    def from_snapshot(cls, snapshot: dict | None, objective: str = "", mode: MemoryMode = "structured") -> ReflectionMemory:
+    def from_snapshot(
+        cls, snapshot: dict | None, objective: str = "", mode: MemoryMode = "structured"
+    ) -> ReflectionMemory:
         """Rebuild a memory from its trace form (data_gen renders prompts from recorded episodes)."""
         snapshot = snapshot or {}
         memory = cls(objective=objective, mode=mode)
@@ -122,8 +126,10 @@ class ReflectionMemory:
     def snapshot(self) -> dict[str, object]:
         """A JSON view for the episode trace."""
         return {
-            "env_knowledge": list(self.env_knowledge), "milestones": list(self.milestones),
-            "failures": [f.__dict__ for f in self.failures], "notes": list(self.notes),
+            "env_knowledge": list(self.env_knowledge),
+            "milestones": list(self.milestones),
+            "failures": [f.__dict__ for f in self.failures],
+            "notes": list(self.notes),
         }
 
 

@@ -23,7 +23,9 @@ def play(env_name: str, tasks: str | None, split: str, variations: str | None) -
         store.save(env, history)
         while True:
             try:
-                line = input(f"[step {len(history)} | score {store.latest.score if not history else history[-1].score}] > ")
+                line = input(
+                    f"[step {len(history)} | score {store.latest.score if not history else history[-1].score}] > "
+                )
             except EOFError:
                 break
             line = line.strip()
@@ -54,10 +56,14 @@ def play(env_name: str, tasks: str | None, split: str, variations: str | None) -
                 print(f"(restored C_{index})\n{restored.text}")
             else:
                 result = env.step(line)
-                history = history + (Step(len(history), line, result.observation, result.score, result.won, result.lost),)
+                history = history + (
+                    Step(len(history), line, result.observation, result.score, result.won, result.lost),
+                )
                 print(f"{result.observation}   [score {result.score}]")
                 if result.done:
-                    print("WON" if result.won else "LOST" if result.lost else "episode over", "- :rollback N to try again")
+                    print(
+                        "WON" if result.won else "LOST" if result.lost else "episode over", "- :rollback N to try again"
+                    )
                 else:
                     store.save(env, history)
     finally:

@@ -116,8 +116,9 @@ class NoisyExpertPolicy:
 MAX_LISTED_ACTIONS = 40  # ScienceWorld offers ~900 valid actions: beyond this, none are listed or ranked
 
 
-def agent_prompt(objective: str, memory: str, history: tuple[Step, ...], observation: str,
-                 actions: list[str]) -> list[dict[str, str]]:
+def agent_prompt(
+    objective: str, memory: str, history: tuple[Step, ...], observation: str, actions: list[str]
+) -> list[dict[str, str]]:
     """The LLM policy's prompt. Behaviour-cloning data is rendered by this same function."""
     listed = actions if len(actions) <= MAX_LISTED_ACTIONS else []
     messages = render_agent(objective, memory, history, observation, listed)
@@ -147,15 +148,18 @@ def match_action(text: str, actions: list[str]) -> tuple[AgentAction | None, str
     if not candidate:
         return None, "empty reply"
     if candidate.startswith("rollback"):
-        rest = candidate[len("rollback"):].strip()
+        rest = candidate[len("rollback") :].strip()
         target = re.match(r"(?:to\s+)?(\d+)\b", rest)
         return AgentAction("rollback", "rollback", reason=rest, target=int(target.group(1)) if target else None), ""
     lowered = {a.lower(): a for a in actions}
     if candidate in lowered:
         return AgentAction("task", lowered[candidate]), ""
     verb = candidate.split()[0]  # "open door to greenhouse" is 0.94 similar to "close door to greenhouse"
-    close = [a for a in difflib.get_close_matches(candidate, list(lowered), n=3, cutoff=TYPO_SIMILARITY)
-             if a.split()[0] == verb]
+    close = [
+        a
+        for a in difflib.get_close_matches(candidate, list(lowered), n=3, cutoff=TYPO_SIMILARITY)
+        if a.split()[0] == verb
+    ]
     if close:
         return AgentAction("task", lowered[close[0]]), ""
     if m and len(candidate.split()) <= MAX_ACTION_WORDS:
@@ -178,8 +182,9 @@ class LLMPolicy:
     but does not list (ScienceWorld's "move X in inventory to Y"; it spells "move X to Y").
     """
 
-    def __init__(self, backend: object, mode: Literal["rank", "generate", "constrain"] = "rank",
-                 name: str = "llm") -> None:
+    def __init__(
+        self, backend: object, mode: Literal["rank", "generate", "constrain"] = "rank", name: str = "llm"
+    ) -> None:
         if mode not in MODES:
             raise UnknownNameError("LLM action mode", mode, list(MODES))
         self.backend, self.mode, self.name = backend, mode, name
@@ -197,8 +202,12 @@ class LLMPolicy:
             choices = [f"Action: {a}" for a in ctx.actions] + ["Action: rollback"]
             best, completion = self.backend.choose(messages, choices)  # type: ignore[attr-defined]
             kind, text = ("rollback", "rollback") if best == len(ctx.actions) else ("task", ctx.actions[best])
-            return AgentAction(kind, text, prompt_tokens=completion.prompt_tokens,  # type: ignore[arg-type]
-                               completion_tokens=completion.completion_tokens)
+            return AgentAction(
+                kind,
+                text,
+                prompt_tokens=completion.prompt_tokens,  # type: ignore[arg-type]
+                completion_tokens=completion.completion_tokens,
+            )
         p_tok = c_tok = 0
         for attempt in range(2):
             completion = self.backend.generate([messages], max_new_tokens=40, stop=["\n"])[0]  # type: ignore[attr-defined]
@@ -206,8 +215,17 @@ class LLMPolicy:
             c_tok += completion.completion_tokens
             action, error = match_action(completion.text, ctx.actions)
             if action:
-                return AgentAction(action.kind, action.text, action.reason, action.target,
-                                   prompt_tokens=p_tok, completion_tokens=c_tok, parse_failure=attempt > 0)
-            messages = messages + [{"role": "assistant", "content": completion.text},
-                                   {"role": "user", "content": f"{error}. Answer 'Action: <one valid action>'."}]
+                return AgentAction(
+                    action.kind,
+                    action.text,
+                    action.reason,
+                    action.target,
+                    prompt_tokens=p_tok,
+                    completion_tokens=c_tok,
+                    parse_failure=attempt > 0,
+                )
+            messages = messages + [
+                {"role": "assistant", "content": completion.text},
+                {"role": "user", "content": f"{error}. Answer 'Action: <one valid action>'."},
+            ]
         return AgentAction("task", ctx.actions[0], prompt_tokens=p_tok, completion_tokens=c_tok, parse_failure=True)

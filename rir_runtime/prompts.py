@@ -36,7 +36,6 @@ class DecisionContext:
     blamed_actions: tuple[str, ...] = ()  # actions already named in remembered failures
     extra: dict[str, object] = field(default_factory=dict)
 
-
     def to_json(self) -> str:
         """Serialised form kept next to each training row, so any controller (heuristic and oracle
         included) can be scored offline on exactly the situation the row was built from."""
@@ -77,9 +76,9 @@ INSTRUCTIONS: dict[DecisionKind, str] = {
     "review": 'Should the agent continue this branch or recover (roll back)? Answer {"decision": '
     '"continue" or "recover", "reason": "<short reason>"}.',
     "locate_coarse": 'Which segment contains the step that caused the trouble? Answer {"segment": <segment number>}.',
-    "locate_fine": 'Restore to which checkpoint? Pick the checkpoint just before the harmful step. Answer '
+    "locate_fine": "Restore to which checkpoint? Pick the checkpoint just before the harmful step. Answer "
     '{"step": <checkpoint number>}.',
-    "reflect": 'The branch after the restore point is abandoned. Write what should be remembered; never describe '
+    "reflect": "The branch after the restore point is abandoned. Write what should be remembered; never describe "
     'the current state. Answer {"env_knowledge": [<reusable facts>], "milestones": [<progress reached>], '
     '"failure": {"condition": "<situation>", "action": "<harmful action>", "outcome": "<what happened>", '
     '"lesson": "<what to do instead in that situation>"}}.',
@@ -120,8 +119,9 @@ def approx_tokens(messages: Messages) -> int:
     return content_tokens(messages) + 8 * len(messages)
 
 
-def fit_decision(kind: DecisionKind, ctx: DecisionContext, max_tokens: int = 2048,
-                 count: Callable[[Messages], int] = approx_tokens) -> Messages:
+def fit_decision(
+    kind: DecisionKind, ctx: DecisionContext, max_tokens: int = 2048, count: Callable[[Messages], int] = approx_tokens
+) -> Messages:
     """`render_decision` with the trajectory cut from the middle until the prompt fits
     `max_tokens`; the objective, memory and latest steps are always kept."""
     for max_steps in (30, 20, 14, 10, 6, 4, 2):

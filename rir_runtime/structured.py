@@ -30,7 +30,7 @@ SLOT_TOKENS = 64  # one value; the heuristic What's condition and outcome are cl
 def abandoned_actions(ctx: DecisionContext) -> list[str]:
     """The actions a failure record may blame: those of the abandoned branch, else (nothing is
     abandoned) all of them, in order, without repeats."""
-    steps = ctx.history[ctx.restore_point or 0:] or ctx.history
+    steps = ctx.history[ctx.restore_point or 0 :] or ctx.history
     return list(dict.fromkeys(s.action for s in steps))
 
 
@@ -94,5 +94,13 @@ def fill_reflection(backend: Any, messages: Messages, ctx: DecisionContext) -> D
         form.write(', "failure": null')
     form.write("}")
     reflection = Reflection(tuple(lists["env_knowledge"]), tuple(lists["milestones"]), failure)
-    return Decision("reflect", reflection, form.text, 0, 1, form.prompt_tokens, form.completion_tokens,
-                    {"structured": True, "passes": form.calls})
+    return Decision(
+        "reflect",
+        reflection,
+        form.text,
+        0,
+        1,
+        form.prompt_tokens,
+        form.completion_tokens,
+        {"structured": True, "passes": form.calls},
+    )

@@ -37,10 +37,15 @@ def read_card(adapter_dir: str | Path, expect: str = "controller") -> dict[str, 
         raise UserInputError(f"adapter folder {folder} does not exist: pass the --output-dir of `rir train sft|dpo`")
     path = folder / CARD
     if not path.is_file():
-        hint = (" It holds a PEFT adapter without our card: it was not trained by `rir train`."
-                if (folder / "adapter_config.json").is_file() else "")
-        raise UserInputError(f"{folder} has no {CARD}, so it is not a controller adapter made by `rir train sft|dpo`."
-                             f"{hint} Train one with `rir train sft --config configs/train/sft_cpu_quick.yaml`.")
+        hint = (
+            " It holds a PEFT adapter without our card: it was not trained by `rir train`."
+            if (folder / "adapter_config.json").is_file()
+            else ""
+        )
+        raise UserInputError(
+            f"{folder} has no {CARD}, so it is not a controller adapter made by `rir train sft|dpo`."
+            f"{hint} Train one with `rir train sft --config configs/train/sft_cpu_quick.yaml`."
+        )
     try:
         card = json.loads(path.read_text())
     except ValueError as err:
@@ -48,6 +53,7 @@ def read_card(adapter_dir: str | Path, expect: str = "controller") -> dict[str, 
     kind = card.get("kind")
     if kind != expect:
         use = KIND_USE.get(str(kind), f"whatever stage produced it, not as a {expect}").format(dir=folder)
+
         def a(word: object) -> str:
             return f"an {word}" if str(word)[:1] in "aeiou" else f"a {word}"
 
@@ -57,7 +63,8 @@ def read_card(adapter_dir: str | Path, expect: str = "controller") -> dict[str, 
         raise UserInputError(
             f"{folder} was trained on prompts of format version {version}, but this runtime renders version "
             f"{PROMPT_FORMAT_VERSION}: retrain the adapter on data built by this version (`rir build-data` then "
-            f"`rir train sft`), or use a runtime whose PROMPT_FORMAT_VERSION is {version}")
+            f"`rir train sft`), or use a runtime whose PROMPT_FORMAT_VERSION is {version}"
+        )
     if not card.get("base_model"):
         raise UserInputError(f"{path} names no base_model: retrain the adapter with `rir train sft|dpo`")
     return card
@@ -79,8 +86,9 @@ def base_model_location(card: dict[str, Any]) -> str:
     return str(name)
 
 
-def load_tuned_model(adapter_dir: str | Path, merge: bool = False, device: str = "cpu",
-                     dtype: Any = "auto", expect: str = "controller") -> tuple[Any, Any, dict[str, Any]]:
+def load_tuned_model(
+    adapter_dir: str | Path, merge: bool = False, device: str = "cpu", dtype: Any = "auto", expect: str = "controller"
+) -> tuple[Any, Any, dict[str, Any]]:
     """(model in eval mode, tokenizer, card): the base model with the adapter applied (or merged)."""
     import torch
     from peft import PeftModel
@@ -94,13 +102,16 @@ def load_tuned_model(adapter_dir: str | Path, merge: bool = False, device: str =
     try:
         base = AutoModelForCausalLM.from_pretrained(where, dtype=dtype)
     except Exception as exc:  # noqa: BLE001 - one clear line
-        raise ModelLoadError(f"cannot load the base model '{card['base_model']}' ({where}) of adapter {folder}: "
-                             f"{_first_line(exc)}") from None
+        raise ModelLoadError(
+            f"cannot load the base model '{card['base_model']}' ({where}) of adapter {folder}: {_first_line(exc)}"
+        ) from None
     try:
         model = PeftModel.from_pretrained(base, str(folder))
     except Exception as exc:  # noqa: BLE001 - shape/module mismatches become one clear line
-        raise ModelLoadError(f"adapter {folder} does not fit base model '{card['base_model']}' ({where}): "
-                             f"{_first_line(exc)}. Was the base model changed after training?") from None
+        raise ModelLoadError(
+            f"adapter {folder} does not fit base model '{card['base_model']}' ({where}): "
+            f"{_first_line(exc)}. Was the base model changed after training?"
+        ) from None
     if merge:
         model = model.merge_and_unload()
     # The adapter folder's tokenizer is the one training used (same chat template, pad token set).
@@ -109,9 +120,15 @@ def load_tuned_model(adapter_dir: str | Path, merge: bool = False, device: str =
     return model.to(device).eval(), tokenizer, card
 
 
-def load_tuned_backend(adapter_dir: str, merge: bool = False, device: str | None = None, dtype: Any = "auto",
-                       max_batch_size: int = 16, num_threads: int | None = None,
-                       expect: str = "controller") -> TunedBackend:
+def load_tuned_backend(
+    adapter_dir: str,
+    merge: bool = False,
+    device: str | None = None,
+    dtype: Any = "auto",
+    max_batch_size: int = 16,
+    num_threads: int | None = None,
+    expect: str = "controller",
+) -> TunedBackend:
     """A `TransformersBackend` (`generate`, `score`) serving base model + adapter.
 
     The controller passes chat messages; the backend applies the tokenizer's chat template, so the

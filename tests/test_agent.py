@@ -56,8 +56,16 @@ def test_agent_rows_render_exactly_what_the_policy_sees() -> None:
         history += (Step(len(history), action, result.observation, result.score),)
         observation = result.observation
     backend = CaptureBackend()
-    LLMPolicy(backend, "generate").act(AgentContext(TASK.key, obs.objective, ReflectionMemory(objective=obs.objective),
-                                                    history, observation, env.admissible_actions))
+    LLMPolicy(backend, "generate").act(
+        AgentContext(
+            TASK.key,
+            obs.objective,
+            ReflectionMemory(objective=obs.objective),
+            history,
+            observation,
+            env.admissible_actions,
+        )
+    )
     assert backend.prompts[0] == rows[3]["prompt"]
 
 
@@ -75,10 +83,32 @@ def agent_adapter(tmp_path_factory) -> Path:
     cfg = root / "agent_data.yaml"
     cfg.write_text("sources:\n  - {env: builtin, tasks: [workshop-2], split: train, variations: 0-5}\n")
     out = root / "adapter"
-    main(["--config", "configs/train/agent_sft_cpu.yaml", "--agent-data", str(cfg), "--model", "tiny-random-llama",
-          "--data", str(root / "data"), "--output_dir", str(out), "--max_steps", "2", "--eval_strategy", "no",
-          "--eval_on_start", "false", "--save_strategy", "no", "--per_device_train_batch_size", "2",
-          "--learning_rate", "0.01"])
+    main(
+        [
+            "--config",
+            "configs/train/agent_sft_cpu.yaml",
+            "--agent-data",
+            str(cfg),
+            "--model",
+            "tiny-random-llama",
+            "--data",
+            str(root / "data"),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "2",
+            "--eval_strategy",
+            "no",
+            "--eval_on_start",
+            "false",
+            "--save_strategy",
+            "no",
+            "--per_device_train_batch_size",
+            "2",
+            "--learning_rate",
+            "0.01",
+        ]
+    )
     return out
 
 
@@ -117,8 +147,9 @@ def test_agent_and_controller_adapters_are_not_interchangeable(agent_adapter: Pa
 
 
 def test_no_expert_data_for_an_empty_selection(tmp_path: Path) -> None:
-    cfg = AgentDataConfig(sources=[AgentDataSource("builtin", ["workshop-2"], "train", "0")], out=str(tmp_path),
-                          max_steps=0)
+    cfg = AgentDataConfig(
+        sources=[AgentDataSource("builtin", ["workshop-2"], "train", "0")], out=str(tmp_path), max_steps=0
+    )
     with pytest.raises(UserInputError, match="no expert steps"):
         build_agent_data(cfg)
     assert not os.listdir(tmp_path)
@@ -182,12 +213,16 @@ def test_own_mistakes_are_recovered_into_memory_and_only_lesson_rows_kept() -> N
     plain = [r["meta"]["label"] for r in expert_episode(env, task, None, 60, random.Random(0))]
     rows = expert_episode(env, task, None, 60, random.Random(0), agent=HeatFirstAgent())
     assert rows and all(r["meta"]["recovered"] for r in rows)
-    assert [r["meta"]["label"] for r in rows] == plain[-len(rows):]  # the expert's path, restored
+    assert [r["meta"]["label"] for r in rows] == plain[-len(rows) :]  # the expert's path, restored
     first = rows[0]["prompt"][1]["content"]
     assert "do not 'heat almond'" in first and "bursts into flames" not in first.split("Recent steps:")[1]
     # heating a stable ingredient is another route, not a mistake: undone and never a lesson
-    assert expert_episode(env, TaskSpec("builtin", "workshop-3", "train", 2), None, 60, random.Random(0),
-                          agent=HeatFirstAgent()) == []
+    assert (
+        expert_episode(
+            env, TaskSpec("builtin", "workshop-3", "train", 2), None, 60, random.Random(0), agent=HeatFirstAgent()
+        )
+        == []
+    )
 
 
 def test_mistakes_of_must_name_an_llm_agent(tmp_path: Path) -> None:

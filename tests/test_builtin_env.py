@@ -23,8 +23,10 @@ def test_expert_plan_wins(workshop: WorkshopEnv, task: str, split: str) -> None:
 
 def test_splits_generate_disjoint_workshops() -> None:
     layouts = {
-        split: {repr(sorted((k, i.needed) for k, i in generate(TaskSpec("builtin", "workshop-3", split, v)).items()))
-                for v in range(30)}
+        split: {
+            repr(sorted((k, i.needed) for k, i in generate(TaskSpec("builtin", "workshop-3", split, v)).items()))
+            for v in range(30)
+        }
         for split in ("train", "dev", "test")
     }
     assert layouts["train"] != layouts["dev"] != layouts["test"]
@@ -48,7 +50,7 @@ def test_silent_error_shows_only_at_combine(workshop: WorkshopEnv, task3: TaskSp
     for action in plan[:first_process]:
         workshop.step(action)
     workshop.step(f"{wrong} {item}")
-    for action in plan[first_process + 1:]:
+    for action in plan[first_process + 1 :]:
         result = workshop.step(action)
     assert result.lost and result.done and result.score < 0
 

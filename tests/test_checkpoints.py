@@ -54,7 +54,9 @@ def test_restore_rejects_missing_and_inadmissible_checkpoints(branch) -> None:
     env, store, _ = branch
     with pytest.raises(RestoreError, match="does not exist"):
         store.restore(env, 42)
-    store.record_step(Step(3, "x", "", 0.0), StepResult("", 0, 0, False, False, False, {"irreversible_side_effect": True}))
+    store.record_step(
+        Step(3, "x", "", 0.0), StepResult("", 0, 0, False, False, False, {"irreversible_side_effect": True})
+    )
     assert store.admissible() == [4, 5, 6]
     with pytest.raises(RestoreError, match="irreversible side effect"):
         store.restore(env, 2)
@@ -73,8 +75,15 @@ class FlakyWorkshop(WorkshopEnv):
 
     def _step_engine(self, action):
         result = super()._step_engine(action)
-        return StepResult(f"{result.observation} (tick {self.resets})", result.reward, result.score,
-                          result.done, result.won, result.lost, result.info)
+        return StepResult(
+            f"{result.observation} (tick {self.resets})",
+            result.reward,
+            result.score,
+            result.done,
+            result.won,
+            result.lost,
+            result.info,
+        )
 
 
 def test_diverging_replay_raises_and_marks_checkpoint_not_admissible(task3: TaskSpec) -> None:

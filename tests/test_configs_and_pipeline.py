@@ -21,8 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 KINDS = {"eval": EvalConfig, "rollout": RolloutConfig, "build": BuildConfig, "pipeline": PipelineConfig}
 
 
-@pytest.mark.parametrize("path", sorted(p for kind in KINDS for p in (ROOT / "configs" / kind).glob("*.yaml")),
-                         ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for kind in KINDS for p in (ROOT / "configs" / kind).glob("*.yaml")),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
 def test_shipped_configs_parse(path: Path) -> None:
     agent_data = path.parent.name == "build" and path.name.startswith("agent_data")
     kind = AgentDataConfig if agent_data else KINDS[path.parent.name]
@@ -48,10 +51,17 @@ def tiny_quickstart(out: Path) -> PipelineConfig:
     """configs/pipeline/quickstart.yaml with the tiny random model and a few episodes."""
     cfg = build_config(PipelineConfig, load_yaml(ROOT / "configs/pipeline/quickstart.yaml"))
     # the tiny model's byte-level tokenizer makes prompts ~4x longer in tokens than SmolLM2's
-    return replace(cfg, out=str(out), base_model="tiny-random-llama", sft_max_steps=2, sft_max_length=4096,
-                   controller_eval_rows=2,
-                   suites=[Suite("builtin", ["workshop-3"], "0-5", "0-1")], explore=["random-review"],
-                   budget_agent=16)
+    return replace(
+        cfg,
+        out=str(out),
+        base_model="tiny-random-llama",
+        sft_max_steps=2,
+        sft_max_length=4096,
+        controller_eval_rows=2,
+        suites=[Suite("builtin", ["workshop-3"], "0-5", "0-1")],
+        explore=["random-review"],
+        budget_agent=16,
+    )
 
 
 @pytest.mark.integration

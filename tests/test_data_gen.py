@@ -85,7 +85,11 @@ def test_bisection_is_logarithmic_on_a_monotone_branch() -> None:
         calls.append(i)
         return values[i]
 
-    assert latest_best_bisect(list(range(100)), value)[0] == 36 == latest_best_linear(list(range(100)), values.__getitem__)[0]
+    assert (
+        latest_best_bisect(list(range(100)), value)[0]
+        == 36
+        == latest_best_linear(list(range(100)), values.__getitem__)[0]
+    )
     assert len(calls) <= 9
 
 

@@ -127,8 +127,9 @@ def test_a_begun_assistant_reply_is_continued_and_a_structured_reflection_parses
     begun = [*PROMPTS[0], {"role": "assistant", "content": '{"failure": {"condition": "'}]
     assert tiny.tokenizer.decode(tiny._encode(begun)).endswith('<|im_start|>assistant\n{"failure": {"condition": "')
     steps = (Step(0, "take key", "Taken.", 0.0), Step(1, "eat key", "You can't.", 0.0))
-    ctx = DecisionContext(task="t", objective="Open the door.", memory="", history=steps, observation="x", score=0.0,
-                          restore_point=1)
+    ctx = DecisionContext(
+        task="t", objective="Open the door.", memory="", history=steps, observation="x", score=0.0, restore_point=1
+    )
     decision = fill_reflection(tiny, PROMPTS[1], ctx)  # a random model's junk, inside a skeleton
     assert parse("reflect", decision.raw) == decision.value and decision.value.failure.action == "eat key"
 
@@ -139,10 +140,19 @@ class _Canned(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _Canned.seen.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
-        reply = {"id": "x", "object": "chat.completion", "model": body["model"],
-                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "Action: go north\nThought"},
-                              "finish_reason": "stop"}],
-                 "usage": {"prompt_tokens": 17, "completion_tokens": 5, "total_tokens": 22}}
+        reply = {
+            "id": "x",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "Action: go north\nThought"},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 17, "completion_tokens": 5, "total_tokens": 22},
+        }
         data = json.dumps(reply).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

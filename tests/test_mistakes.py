@@ -12,11 +12,15 @@ from rir_runtime.jobs import SelectionConfig, expand_jobs, run_jobs
 
 
 def test_branches_split_at_restores() -> None:
-    events = [{"type": "step", "action": a} for a in "abcd"] + [{"type": "restore", "to": 1, "k": 3},
-                                                                 {"type": "step", "action": "e"}]
+    events = [{"type": "step", "action": a} for a in "abcd"] + [
+        {"type": "restore", "to": 1, "k": 3},
+        {"type": "step", "action": "e"},
+    ]
     parts = branches(events, "won")
-    assert [(b.actions, b.ended_by, b.restore_to) for b in parts] == [(list("abcd"), "restore", 1),
-                                                                      (["a", "e"], "won", None)]
+    assert [(b.actions, b.ended_by, b.restore_to) for b in parts] == [
+        (list("abcd"), "restore", 1),
+        (["a", "e"], "won", None),
+    ]
 
 
 def test_after_restores_tells_a_repeated_action_from_a_new_one() -> None:
@@ -37,8 +41,14 @@ def test_categories_name_the_fatal_verb_or_the_loop() -> None:
 
 
 def test_fatal_steps_found_in_hindsight_are_the_injected_errors(tmp_path) -> None:
-    cfg = SelectionConfig(env="builtin", tasks=["workshop-2"], variations="0-7", methods=["react", "rir"],
-                          error_rate=0.4, out=str(tmp_path))
+    cfg = SelectionConfig(
+        env="builtin",
+        tasks=["workshop-2"],
+        variations="0-7",
+        methods=["react", "rir"],
+        error_rate=0.4,
+        out=str(tmp_path),
+    )
     run_jobs(expand_jobs(cfg), tmp_path / "episodes.jsonl")
     report = analyse(tmp_path)
     records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]

@@ -22,8 +22,9 @@ TASKS = [TaskSpec("builtin", "workshop-3", "dev", v) for v in range(40)]
 
 def run(method: str, task: TaskSpec, controller=None, budgets: Budgets = Budgets(), error_rate: float = 0.15) -> dict:
     env = WorkshopEnv()
-    runner = EpisodeRunner(env, NoisyExpertPolicy(env, error_rate), controller or HeuristicController(),
-                           PRESETS[method], budgets)
+    runner = EpisodeRunner(
+        env, NoisyExpertPolicy(env, error_rate), controller or HeuristicController(), PRESETS[method], budgets
+    )
     return runner.run(task)
 
 
@@ -132,9 +133,13 @@ def test_segments_cut_at_milestones_and_chunks() -> None:
 # --- What: memory -------------------------------------------------------------------------------------
 def test_memory_drops_current_state_claims_and_conditions_lessons() -> None:
     memory = ReflectionMemory(objective="cook")
-    memory.add(Reflection(("The fridge is open", "knives are in the drawer", "I am holding the knife"),
-                          ("found the recipe",),
-                          Failure("holding the onion", "slice onion", "ruined", "you have the onion in your hand")))
+    memory.add(
+        Reflection(
+            ("The fridge is open", "knives are in the drawer", "I am holding the knife"),
+            ("found the recipe",),
+            Failure("holding the onion", "slice onion", "ruined", "you have the onion in your hand"),
+        )
+    )
     assert memory.env_knowledge == ["knives are in the drawer"]
     assert memory.dropped_state_claims == 3
     assert memory.failures[0].condition == "holding the onion" and not is_state_claim(memory.failures[0].lesson)
@@ -155,7 +160,9 @@ def test_memory_render_is_bounded_and_keeps_newest() -> None:
 class StateClaimController(HeuristicController):
     def reflect(self, ctx):
         base = super().reflect(ctx).value
-        return Decision("reflect", Reflection(("the notebook is open", "notebooks hold recipes"), base.milestones, base.failure))
+        return Decision(
+            "reflect", Reflection(("the notebook is open", "notebooks hold recipes"), base.milestones, base.failure)
+        )
 
 
 def test_state_claims_do_not_survive_a_restore_in_rir() -> None:
@@ -232,9 +239,17 @@ def test_prompted_controller_retries_once_then_falls_back() -> None:
     assert review["decision"] == "continue"  # the safe default
     assert r["parse_failures"] >= 2 and backend.calls == 2 * len(events(r, "review"))
     assert r["agent_calls"] == r["env_steps"] + backend.calls  # controller model calls are counted
-    ok = PromptedController(ScriptedBackend(['{"decision": "recover", "reason": "lost"}', '{"segment": 0}',
-                                             '{"step": 0}', '{"env_knowledge": [], "milestones": [], "failure": null}']),
-                            "prompted:fake")
+    ok = PromptedController(
+        ScriptedBackend(
+            [
+                '{"decision": "recover", "reason": "lost"}',
+                '{"segment": 0}',
+                '{"step": 0}',
+                '{"env_knowledge": [], "milestones": [], "failure": null}',
+            ]
+        ),
+        "prompted:fake",
+    )
     r = run("rir", task, ok, Budgets(agent=60, rollback=1))
     assert events(r, "restore")[0]["to"] == 0 and r["parse_failures"] == 0
 
@@ -255,9 +270,13 @@ class RollbackCaller:
 def test_rollback_tool_to_a_bad_checkpoint_is_a_tool_error_not_a_crash() -> None:
     env = WorkshopEnv()
     for method in ("rir", "react"):
-        r = EpisodeRunner(env, RollbackCaller(99), HeuristicController(), PRESETS[method], Budgets(agent=6)).run(TASKS[0])
+        r = EpisodeRunner(env, RollbackCaller(99), HeuristicController(), PRESETS[method], Budgets(agent=6)).run(
+            TASKS[0]
+        )
         errors = events(r, "tool_error")
-        assert len(errors) == 1 and ("does not exist" in errors[0]["message"] or "not available" in errors[0]["message"])
+        assert len(errors) == 1 and (
+            "does not exist" in errors[0]["message"] or "not available" in errors[0]["message"]
+        )
 
 
 def test_agent_rollback_call_starts_a_review() -> None:
@@ -296,8 +315,9 @@ def test_a_reflection_that_could_not_be_parsed_is_logged_as_a_fallback() -> None
 
 
 def test_eval_resumes_without_duplicates(tmp_path) -> None:
-    cfg = SelectionConfig(env="builtin", tasks=["workshop-2"], variations="0-5", methods=["react", "rir"],
-                          out=str(tmp_path))
+    cfg = SelectionConfig(
+        env="builtin", tasks=["workshop-2"], variations="0-5", methods=["react", "rir"], out=str(tmp_path)
+    )
     jobs = expand_jobs(cfg)
     out = tmp_path / "episodes.jsonl"
     run_jobs(jobs[:5], out)
@@ -354,10 +374,21 @@ def test_heuristic_recovers_an_agent_stuck_in_a_loop_before_the_silent_mistake()
     from rir_runtime.envs.checkpoints import Step
     from rir_runtime.prompts import DecisionContext
 
-    steps = (Step(0, "take leg", "You take the leg.", 1.0), Step(1, "eat leg", "You eat the leg.", 1.0),
-             *(Step(i, "examine cookbook", "You read the recipe.", 1.0) for i in range(2, 5)))
-    ctx = DecisionContext(task="t", objective="Cook.", memory="", history=steps, observation="You read the recipe.",
-                          score=1.0, trigger="schedule", admissible=tuple(range(5)))
+    steps = (
+        Step(0, "take leg", "You take the leg.", 1.0),
+        Step(1, "eat leg", "You eat the leg.", 1.0),
+        *(Step(i, "examine cookbook", "You read the recipe.", 1.0) for i in range(2, 5)),
+    )
+    ctx = DecisionContext(
+        task="t",
+        objective="Cook.",
+        memory="",
+        history=steps,
+        observation="You read the recipe.",
+        score=1.0,
+        trigger="schedule",
+        admissible=tuple(range(5)),
+    )
     review = HeuristicController().review(ctx).value
     assert review.decision == "recover" and "stuck" in review.reason
     assert HeuristicController().locate_fine(ctx).value == 1  # the checkpoint before eating the ingredient
@@ -372,8 +403,10 @@ def test_replies_map_to_listed_actions_only_for_typos_and_otherwise_go_as_typed(
     # unlisted but well-formed: sent as typed (stock ScienceWorld lists no "open" for an open door, yet accepts it)
     assert match_action("Action: open door to greenhouse", listed)[0].text == "open door to greenhouse"
     assert match_action("Action: open door to kitchen", listed)[0].text == "open door to kitchen"
-    assert match_action("I think the best thing would be to look", listed) == (None, "'i think the best thing would "
-                                                                               "be to look' is not a valid action")
+    assert match_action("I think the best thing would be to look", listed) == (
+        None,
+        "'i think the best thing would be to look' is not a valid action",
+    )
     assert match_action("", listed) == (None, "empty reply")
 
 
@@ -383,8 +416,16 @@ def test_failure_signals_say_which_are_urgent_between_scheduled_reviews() -> Non
     from rir_runtime.prompts import DecisionContext
 
     def signal(*steps: Step):
-        return failure_signal(DecisionContext(task="t", objective="o", memory="", history=steps,
-                                              observation=steps[-1].observation, score=steps[-1].score))
+        return failure_signal(
+            DecisionContext(
+                task="t",
+                objective="o",
+                memory="",
+                history=steps,
+                observation=steps[-1].observation,
+                score=steps[-1].score,
+            )
+        )
 
     ok = Step(0, "take leg", "You take the leg.", 2.0)
     assert signal(ok) is None
@@ -400,15 +441,19 @@ def test_reflection_parser_reads_copied_placeholders_as_empty_and_still_refuses_
     from rir_runtime.decisions import parse
     from rir_runtime.errors import ParseError
 
-    copied = ('{"env_knowledge": [<reusable facts>], "milestones": [ <progress reached> ], "failure": '
-              '{"condition": "in the hallway", "action": "focus on baby elephant", "outcome": "lost", '
-              '"lesson": "focus on the animal that lives longest"}} and some prose')
+    copied = (
+        '{"env_knowledge": [<reusable facts>], "milestones": [ <progress reached> ], "failure": '
+        '{"condition": "in the hallway", "action": "focus on baby elephant", "outcome": "lost", '
+        '"lesson": "focus on the animal that lives longest"}} and some prose'
+    )
     reflection = parse("reflect", copied)
     assert reflection.env_knowledge == () and reflection.milestones == ()
-    assert reflection.failure == Failure("in the hallway", "focus on baby elephant", "lost",
-                                         "focus on the animal that lives longest")
+    assert reflection.failure == Failure(
+        "in the hallway", "focus on baby elephant", "lost", "focus on the animal that lives longest"
+    )
     assert parse("reflect", '{"env_knowledge": ["<a fact in brackets> is kept"], "failure": null}').env_knowledge == (
-        "<a fact in brackets> is kept",)
+        "<a fact in brackets> is kept",
+    )
     with pytest.raises(ParseError, match="malformed"):  # a broken structure is not repaired
         parse("reflect", '{"env_knowledge": [<reusable facts>], "failure": {"condition": "x"}, {"action": "y"}}')
 
@@ -440,23 +485,47 @@ def test_structured_reflection_always_parses_and_blames_an_abandoned_step() -> N
     from rir_runtime.prompts import DecisionContext
     from rir_runtime.structured import fill_reflection
 
-    steps = (Step(0, "go to outside", "You move.", 25.0), Step(1, "focus on bee", "You focus on the bee.", 0.0),
-             Step(2, "look around", "Nothing.", 0.0))
-    ctx = DecisionContext(task="t", objective="Focus on the animal that lives longest.", memory="", history=steps,
-                          observation="Nothing.", score=0.0, restore_point=1)
+    steps = (
+        Step(0, "go to outside", "You move.", 25.0),
+        Step(1, "focus on bee", "You focus on the bee.", 0.0),
+        Step(2, "look around", "Nothing.", 0.0),
+    )
+    ctx = DecisionContext(
+        task="t",
+        objective="Focus on the animal that lives longest.",
+        memory="",
+        history=steps,
+        observation="Nothing.",
+        score=0.0,
+        restore_point=1,
+    )
     # a junk list, a list with a quote in an item, then free text for condition / outcome / lesson
-    backend = SlotBackend(['<reusable facts>]', '"score 25 after \'go to outside\'", "a \\"quoted\\" one"] tail',
-                           'outside with a bee and a tortoise" trailing', 'the task was lost"',
-                           'focus on the tortoise instead'], prefer="bee")
+    backend = SlotBackend(
+        [
+            "<reusable facts>]",
+            '"score 25 after \'go to outside\'", "a \\"quoted\\" one"] tail',
+            'outside with a bee and a tortoise" trailing',
+            'the task was lost"',
+            "focus on the tortoise instead",
+        ],
+        prefer="bee",
+    )
     decision = fill_reflection(backend, [{"role": "user", "content": "reflect"}], ctx)
     reflection = decision.value
     assert parse("reflect", decision.raw) == reflection  # the text the model was shown parses back
     assert json.loads(decision.raw) == reflection.to_json()
-    assert reflection.env_knowledge == () and reflection.milestones == ("score 25 after 'go to outside'", 'a "quoted" one')
-    assert reflection.failure == Failure("outside with a bee and a tortoise", "focus on bee", "the task was lost",
-                                         "focus on the tortoise instead")
+    assert reflection.env_knowledge == () and reflection.milestones == (
+        "score 25 after 'go to outside'",
+        'a "quoted" one',
+    )
+    assert reflection.failure == Failure(
+        "outside with a bee and a tortoise", "focus on bee", "the task was lost", "focus on the tortoise instead"
+    )
     assert decision.model_calls == 1 and decision.meta["passes"] == 6 and decision.parse_failures == 0
-    assert backend.prompts[-1][-1] == {"role": "assistant", "content": decision.raw[: decision.raw.index('"lesson": "') + 11]}
+    assert backend.prompts[-1][-1] == {
+        "role": "assistant",
+        "content": decision.raw[: decision.raw.index('"lesson": "') + 11],
+    }
     # the step before the restore point is not abandoned, so it cannot be blamed
     other = fill_reflection(SlotBackend(["]", "]", 'x"', 'y"', 'z"'], prefer="outside"), [], ctx).value
     assert other.failure is not None and other.failure.action in ("focus on bee", "look around")

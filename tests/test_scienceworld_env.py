@@ -44,8 +44,11 @@ def test_catalogue_matches_engine(env) -> None:
     assert {t: server.getTaskMaxVariations(t) for t in names} == MAX_VARIATIONS
     env.reset(BOIL)
     sw = env._sw
-    engine_splits = {"train": sw.get_variations_train(), "dev": sw.get_variations_dev(),
-                     "test": sw.get_variations_test()}
+    engine_splits = {
+        "train": sw.get_variations_train(),
+        "dev": sw.get_variations_dev(),
+        "test": sw.get_variations_test(),
+    }
     assert engine_splits == split_variations(MAX_VARIATIONS["boil"])
     assert env.num_variations("boil", "dev") == 7
     assert [s.variation for s in resolve_tasks(env, ["boil"], "dev", None)] == list(range(7))
@@ -152,7 +155,9 @@ def test_room_descriptions_list_doors_first_and_moving_shows_the_new_room(env) -
 
 
 def test_compact_look_keeps_other_text_and_marks_closed_doors() -> None:
-    look = ("This room is called the bedroom. In it, you see: \n\tthe agent\n\ta substance called air\n"
-            "\ta bed. On the bed is: a mattress.\nYou also see:\n\tA door to the hallway (that is closed)")
+    look = (
+        "This room is called the bedroom. In it, you see: \n\tthe agent\n\ta substance called air\n"
+        "\ta bed. On the bed is: a mattress.\nYou also see:\n\tA door to the hallway (that is closed)"
+    )
     assert compact_look(look) == "This room is called the bedroom. Doors to: hallway (closed). Here you see: a bed."
     assert compact_look("The door is already open.") == "The door is already open."

@@ -21,10 +21,32 @@ from rir_runtime.prompts import PROMPT_FORMAT_VERSION, DecisionContext, render_d
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_CONFIGS = sorted((REPO / "configs" / "train").glob("*.yaml"))
-FAST = ["--model", "tiny-random-llama", "--use_cpu", "true", "--bf16", "false", "--dtype", "float32",
-        "--gradient_checkpointing", "false", "--report_to", "none", "--dataloader_num_workers", "0",
-        "--max_eval_samples", "6", "--logging_steps", "1", "--save_strategy", "no", "--eval_on_start", "false",
-        "--disable_tqdm", "true"]
+FAST = [
+    "--model",
+    "tiny-random-llama",
+    "--use_cpu",
+    "true",
+    "--bf16",
+    "false",
+    "--dtype",
+    "float32",
+    "--gradient_checkpointing",
+    "false",
+    "--report_to",
+    "none",
+    "--dataloader_num_workers",
+    "0",
+    "--max_eval_samples",
+    "6",
+    "--logging_steps",
+    "1",
+    "--save_strategy",
+    "no",
+    "--eval_on_start",
+    "false",
+    "--disable_tqdm",
+    "true",
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -39,9 +61,18 @@ def _one_thread():
 # --- data ---------------------------------------------------------------------------------------
 def _prompt(kind: str, i: int) -> list[dict[str, str]]:
     steps = (Step(0, "take apple", "You take the apple.", 10.0), Step(1, f"chill apple {i}", "Done.", 20.0))
-    ctx = DecisionContext(task="workshop-3", objective="Chill the apple.", memory="", history=steps,
-                          observation="Done.", score=20.0, admissible=(0, 1, 2), segments=((0, 3),), segment=(0, 3),
-                          restore_point=1)
+    ctx = DecisionContext(
+        task="workshop-3",
+        objective="Chill the apple.",
+        memory="",
+        history=steps,
+        observation="Done.",
+        score=20.0,
+        admissible=(0, 1, 2),
+        segments=((0, 3),),
+        segment=(0, 3),
+        restore_point=1,
+    )
     return render_decision(kind, ctx, max_steps=2)  # type: ignore[arg-type]
 
 
@@ -95,10 +126,34 @@ def sft_run(data: Path, tmp_path_factory: pytest.TempPathFactory):
     from train import sft
 
     out = tmp_path_factory.mktemp("sft") / "adapter"
-    args = parse("sft", ["--config", str(REPO / "configs/train/sft_cpu_quick.yaml"), *FAST, "--data", str(data),
-                         "--output-dir", str(out), "--max-steps", "2", "--learning_rate", "5e-2",
-                         "--per_device_train_batch_size", "4", "--eval_strategy", "steps", "--eval_steps", "2",
-                         "--save_strategy", "steps", "--save_steps", "1", "--lora_dropout", "0"])
+    args = parse(
+        "sft",
+        [
+            "--config",
+            str(REPO / "configs/train/sft_cpu_quick.yaml"),
+            *FAST,
+            "--data",
+            str(data),
+            "--output-dir",
+            str(out),
+            "--max-steps",
+            "2",
+            "--learning_rate",
+            "5e-2",
+            "--per_device_train_batch_size",
+            "4",
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "2",
+            "--save_strategy",
+            "steps",
+            "--save_steps",
+            "1",
+            "--lora_dropout",
+            "0",
+        ],
+    )
     trainer = sft.main(*args)
     return out, trainer
 
@@ -156,9 +211,22 @@ def test_sft_resumes_from_last_checkpoint(sft_run, tmp_path: Path) -> None:
     out = tmp_path / "adapter"
     shutil.copytree(src, out)
     shutil.rmtree(out / "checkpoint-2")  # as if killed after the first save
-    args = parse("sft", ["--config", str(REPO / "configs/train/sft_cpu_quick.yaml"), *FAST,
-                         "--data", _data_of(src),
-                         "--output-dir", str(out), "--max-steps", "3", "--eval_strategy", "no"])
+    args = parse(
+        "sft",
+        [
+            "--config",
+            str(REPO / "configs/train/sft_cpu_quick.yaml"),
+            *FAST,
+            "--data",
+            _data_of(src),
+            "--output-dir",
+            str(out),
+            "--max-steps",
+            "3",
+            "--eval_strategy",
+            "no",
+        ],
+    )
     trainer, _ = sft.build_trainer(*args)
     steps: list[int] = []
 
@@ -184,10 +252,31 @@ def test_dpo_continues_the_sft_adapter(sft_run, data: Path, tmp_path: Path) -> N
 
     sft_out, _ = sft_run
     out = tmp_path / "dpo"
-    args = parse("dpo", ["--config", str(REPO / "configs/train/dpo_cpu_quick.yaml"), *FAST, "--data", str(data),
-                         "--sft-adapter", str(sft_out), "--output-dir", str(out), "--max-steps", "2",
-                         "--learning_rate", "1e-2", "--eval_strategy", "steps", "--eval_steps", "2",
-                         "--decision_types", "review", "locate"])
+    args = parse(
+        "dpo",
+        [
+            "--config",
+            str(REPO / "configs/train/dpo_cpu_quick.yaml"),
+            *FAST,
+            "--data",
+            str(data),
+            "--sft-adapter",
+            str(sft_out),
+            "--output-dir",
+            str(out),
+            "--max-steps",
+            "2",
+            "--learning_rate",
+            "1e-2",
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "2",
+            "--decision_types",
+            "review",
+            "locate",
+        ],
+    )
     trainer = dpo.main(*args)
     card = json.loads((out / "rir_controller.json").read_text())
     assert card["stage"] == "dpo" and card["sft_adapter"] == str(sft_out)
@@ -216,10 +305,29 @@ def test_shipped_config_builds_and_trains_one_step(config: Path, data: Path, sft
     extra = ["--sft-adapter", str(sft_run[0])] if stage == "dpo" else []
     if config.name.startswith("agent"):  # the agent's trainer is the same; feed it the controller rows here
         extra += ["--decision_types", "review"]
-    args = parse(stage, ["--config", str(config), *FAST, *extra, "--data", str(data), "--output-dir",
-                         str(tmp_path / "out"), "--max-steps", "1", "--eval_strategy", "no",
-                         "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1",
-                         "--max_train_samples", "4"])
+    args = parse(
+        stage,
+        [
+            "--config",
+            str(config),
+            *FAST,
+            *extra,
+            "--data",
+            str(data),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--max-steps",
+            "1",
+            "--eval_strategy",
+            "no",
+            "--per_device_train_batch_size",
+            "2",
+            "--gradient_accumulation_steps",
+            "1",
+            "--max_train_samples",
+            "4",
+        ],
+    )
     trainer, card = (sft if stage == "sft" else dpo).build_trainer(*args)
     trainer.train()
     assert trainer.state.global_step == 1 and card["stage"] == stage
@@ -233,15 +341,31 @@ def test_unknown_config_key_is_named_with_a_suggestion(tmp_path: Path) -> None:
         parse("sft", ["--config", str(cfg)])
     with pytest.raises(UserInputError, match="unknown key 'max_stepz'.*Did you mean 'max_steps'"):
         parse("sft", ["--max_stepz", "3"])
-    script, training, _ = parse("sft", ["--config", str(REPO / "configs/train/sft_cpu_quick.yaml"),
-                                        "--output-dir", "x", "--max-steps", "7", "--model", "m", "--data", "d"])
+    script, training, _ = parse(
+        "sft",
+        [
+            "--config",
+            str(REPO / "configs/train/sft_cpu_quick.yaml"),
+            "--output-dir",
+            "x",
+            "--max-steps",
+            "7",
+            "--model",
+            "m",
+            "--data",
+            "d",
+        ],
+    )
     assert (training.output_dir, training.max_steps, script.model, script.data) == ("x", 7, "m", "d")
 
 
-@pytest.mark.parametrize("drop, match", [
-    (("split", "validation"), "has no 'validation' split.*rir build-data"),
-    (("column", "completion"), r"lacks column\(s\) \['completion'\]"),
-])
+@pytest.mark.parametrize(
+    "drop, match",
+    [
+        (("split", "validation"), "has no 'validation' split.*rir build-data"),
+        (("column", "completion"), r"lacks column\(s\) \['completion'\]"),
+    ],
+)
 def test_broken_dataset_is_a_clear_error(drop, match, tmp_path: Path) -> None:
     from train import common
 
@@ -264,8 +388,21 @@ def test_wrong_dataset_kind_and_missing_folder(data: Path, tmp_path: Path) -> No
 def test_lora_target_typo_lists_the_linear_layers(data: Path, tmp_path: Path) -> None:
     from train import sft
 
-    args = parse("sft", ["--config", str(REPO / "configs/train/sft_cpu_quick.yaml"), *FAST, "--data", str(data),
-                         "--output-dir", str(tmp_path), "--lora_target_modules", "q_proj", "qkv_proj"])
+    args = parse(
+        "sft",
+        [
+            "--config",
+            str(REPO / "configs/train/sft_cpu_quick.yaml"),
+            *FAST,
+            "--data",
+            str(data),
+            "--output-dir",
+            str(tmp_path),
+            "--lora_target_modules",
+            "q_proj",
+            "qkv_proj",
+        ],
+    )
     with pytest.raises(UserInputError, match=r"\['qkv_proj'\] are not modules.*gate_proj.*q_proj"):
         sft.build_trainer(*args)
 
@@ -293,8 +430,9 @@ def test_out_of_memory_says_what_to_reduce() -> None:
 
     from train.common import TrainingResourceError, oom_advice
 
-    args = SimpleNamespace(per_device_train_batch_size=8, gradient_accumulation_steps=2, max_length=2048,
-                           gradient_checkpointing=False)
+    args = SimpleNamespace(
+        per_device_train_batch_size=8, gradient_accumulation_steps=2, max_length=2048, gradient_checkpointing=False
+    )
     with pytest.raises(TrainingResourceError, match="per_device_train_batch_size=8.*effective batch of 16.*max_length"):
         with oom_advice(args):
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -312,7 +450,10 @@ def test_cli_passes_flags_to_the_stage_parser(tmp_path: Path) -> None:
     ns = parser.parse_args(["train", "sft", "--config", "c.yaml", "--max-steps", "3", "-h"])
     assert ns.handler is cmd_train and ns.argv == ["--config", "c.yaml", "--max-steps", "3", "-h"]
     assert split_launcher(["--launcher", "accelerate", "--accelerate-config=a.yaml", "--max-steps", "3"]) == (
-        "accelerate", "a.yaml", ["--max-steps", "3"])
+        "accelerate",
+        "a.yaml",
+        ["--max-steps", "3"],
+    )
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("lora_rr: 8\n")
     with pytest.raises(UserInputError, match="Did you mean 'lora_r'"):

@@ -20,18 +20,23 @@ from pathlib import Path
 
 from rir_runtime.errors import UserInputError
 
-STAGES = {"sft": "supervised fine-tuning of a controller LoRA adapter on the *_sft datasets",
-          "dpo": "preference tuning (DPO) of a controller adapter on the *_pref datasets, from an SFT adapter",
-          "agent-sft": ("behaviour-clone the base agent on expert trajectories (train splits); "
-                        "loads as --policy llm:<dir>")}
+STAGES = {
+    "sft": "supervised fine-tuning of a controller LoRA adapter on the *_sft datasets",
+    "dpo": "preference tuning (DPO) of a controller adapter on the *_pref datasets, from an SFT adapter",
+    "agent-sft": ("behaviour-clone the base agent on expert trajectories (train splits); loads as --policy llm:<dir>"),
+}
 LAUNCHERS = ("python", "accelerate")
 DEFAULT_ACCELERATE_CONFIG = "configs/accelerate/single_gpu.yaml"
 
 
 def add_train_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add `train sft` and `train dpo` to the `rir` parser (handlers return an exit code)."""
-    train = subparsers.add_parser("train", help="train a controller LoRA adapter (TRL SFT or DPO, PEFT)",
-                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    train = subparsers.add_parser(
+        "train",
+        help="train a controller LoRA adapter (TRL SFT or DPO, PEFT)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     stages = train.add_subparsers(dest="train_stage", required=True, metavar="STAGE")
     for stage, help_text in STAGES.items():
         # prefix_chars="+": every dashed argument (also -h) is left to the stage's TrlParser.
@@ -64,10 +69,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     launcher, acc_config, argv = split_launcher(list(args.argv))
     if launcher == "accelerate":
         if not Path(acc_config).is_file():
-            raise UserInputError(f"accelerate config {acc_config} does not exist: pass --accelerate-config "
-                                 "configs/accelerate/<single_gpu|multi_gpu|fsdp|deepspeed_zero2>.yaml")
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", acc_config,
-               "-m", f"train.{stage.replace('-', '_')}", *argv]  # agent-sft lives in train/agent_sft.py
+            raise UserInputError(
+                f"accelerate config {acc_config} does not exist: pass --accelerate-config "
+                "configs/accelerate/<single_gpu|multi_gpu|fsdp|deepspeed_zero2>.yaml"
+            )
+        cmd = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            acc_config,
+            "-m",
+            f"train.{stage.replace('-', '_')}",
+            *argv,
+        ]  # agent-sft lives in train/agent_sft.py
         print("launching:", " ".join(cmd), file=sys.stderr)
         return subprocess.call(cmd)
     from train.common import parse_train_args

@@ -41,14 +41,26 @@ class TrainingResourceError(RIRError):
 class TrainScriptArguments:
     """What to train on and from; everything else is TRL's SFTConfig/DPOConfig and ModelConfig."""
 
-    data: str = field(default="data/controller", metadata={
-        "help": "folder written by `rir build-data` (holding review_sft/, locate_sft/, ... ) or one dataset folder"})
-    decision_types: list[str] = field(default_factory=lambda: list(DECISION_TYPES), metadata={
-        "help": "decision types to train on, mixed into one dataset (space separated; a YAML list)",
-        "choices": [*DECISION_TYPES, AGENT]})
-    model: str | None = field(default=None, metadata={
-        "help": "base model: registry name (smollm2-135m-instruct, tiny-random-llama, ...), local folder or hub id; "
-        "defaults to model_name_or_path"})
+    data: str = field(
+        default="data/controller",
+        metadata={
+            "help": "folder written by `rir build-data` (holding review_sft/, locate_sft/, ... ) or one dataset folder"
+        },
+    )
+    decision_types: list[str] = field(
+        default_factory=lambda: list(DECISION_TYPES),
+        metadata={
+            "help": "decision types to train on, mixed into one dataset (space separated; a YAML list)",
+            "choices": [*DECISION_TYPES, AGENT],
+        },
+    )
+    model: str | None = field(
+        default=None,
+        metadata={
+            "help": "base model: registry name (smollm2-135m-instruct, tiny-random-llama, ...), local folder or hub id; "
+            "defaults to model_name_or_path"
+        },
+    )
     train_split: str = field(default="train", metadata={"help": "split to train on"})
     eval_split: str = field(default="validation", metadata={"help": "split to evaluate on during training"})
     max_train_samples: int | None = field(default=None, metadata={"help": "cap on training rows (after shuffling)"})
@@ -59,11 +71,15 @@ class TrainScriptArguments:
         types = [t.strip() for item in items for t in str(item).split(",") if t.strip()]
         bad = [t for t in types if t not in (*DECISION_TYPES, AGENT)]
         if bad or not types:
-            raise UserInputError(f"decision_types {bad or '[]'} invalid: choose from {', '.join(DECISION_TYPES)} "
-                                 f"(or '{AGENT}' alone for the behaviour-cloned agent)")
+            raise UserInputError(
+                f"decision_types {bad or '[]'} invalid: choose from {', '.join(DECISION_TYPES)} "
+                f"(or '{AGENT}' alone for the behaviour-cloned agent)"
+            )
         if AGENT in types and len(types) > 1:
-            raise UserInputError("the agent policy and the recovery controller are separate adapters: train "
-                                 f"decision_types [{AGENT}] alone (`rir train agent-sft`), and the controller without it")
+            raise UserInputError(
+                "the agent policy and the recovery controller are separate adapters: train "
+                f"decision_types [{AGENT}] alone (`rir train agent-sft`), and the controller without it"
+            )
         self.decision_types = list(dict.fromkeys(types))
 
 
@@ -116,8 +132,11 @@ def parse_train_args(parser: Any, argv: Sequence[str] | None = None) -> tuple[An
         return parser.parse_args_and_config(args)
     except ValueError as err:
         text = str(err)
-        hint = (" (on a CPU: --use_cpu true --bf16 false, or start from configs/train/sft_cpu_quick.yaml)"
-                if "bf16" in text else "")
+        hint = (
+            " (on a CPU: --use_cpu true --bf16 false, or start from configs/train/sft_cpu_quick.yaml)"
+            if "bf16" in text
+            else ""
+        )
         raise UserInputError(f"invalid training arguments: {text}{hint}") from None
 
 
@@ -140,8 +159,10 @@ def resolve_base(script_args: TrainScriptArguments, model_args: Any) -> tuple[st
 
     name = script_args.model or model_args.model_name_or_path
     if not name:
-        raise UserInputError("no base model: pass --model (a registry name such as smollm2-135m-instruct, "
-                             "a local folder or a hub id) or set `model:` in the config")
+        raise UserInputError(
+            "no base model: pass --model (a registry name such as smollm2-135m-instruct, "
+            "a local folder or a hub id) or set `model:` in the config"
+        )
     model_args.model_name_or_path = str(local_path(name))
     return name, model_args.model_name_or_path
 
@@ -150,9 +171,13 @@ def load_base_model(path: str, model_args: Any, training_args: Any) -> Any:
     """The base causal LM, loaded the way TRL loads one from a name (dtype, attention kernel)."""
     from trl.trainer.utils import create_model_from_path
 
-    kwargs: dict[str, Any] = dict(revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code,
-                                  attn_implementation=model_args.attn_implementation, dtype=model_args.dtype or "auto",
-                                  device_map=None)  # the Trainer (or accelerate under DDP/FSDP) places it
+    kwargs: dict[str, Any] = dict(
+        revision=model_args.model_revision,
+        trust_remote_code=training_args.trust_remote_code,
+        attn_implementation=model_args.attn_implementation,
+        dtype=model_args.dtype or "auto",
+        device_map=None,
+    )  # the Trainer (or accelerate under DDP/FSDP) places it
     kwargs.update(training_args.model_init_kwargs or {})
     try:
         return create_model_from_path(path, **kwargs)
@@ -167,8 +192,10 @@ def load_tokenizer(path: str) -> Any:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if not tokenizer.chat_template:
-        raise UserInputError(f"the tokenizer of {path} has no chat template; controller prompts are chat messages. "
-                             "Use an instruct model, or a registry model (which gets a default template)")
+        raise UserInputError(
+            f"the tokenizer of {path} has no chat template; controller prompts are chat messages. "
+            "Use an instruct model, or a registry model (which gets a default template)"
+        )
     return tokenizer
 
 
@@ -194,7 +221,8 @@ def check_lora_targets(model: Any, peft_config: Any, model_name: str) -> None:
     if missing:
         raise UserInputError(
             f"lora_target_modules {sorted(missing)} are not modules of {model_name}. Its linear layers are: "
-            f"{', '.join(linear_module_names(model))}. Fix lora_target_modules (or use all-linear).")
+            f"{', '.join(linear_module_names(model))}. Fix lora_target_modules (or use all-linear)."
+        )
 
 
 # --- datasets -----------------------------------------------------------------------------------
@@ -208,8 +236,10 @@ def _load_dict(folder: Path) -> Any:
         reason = str(err).splitlines()[0]
         raise UserInputError(f"{folder} is not a dataset saved by `rir build-data` ({reason})") from None
     if isinstance(dd, Dataset):
-        raise UserInputError(f"{folder} holds one Dataset without splits; it needs a DatasetDict with 'train' and "
-                             "'validation' splits: rebuild it with `rir build-data`")
+        raise UserInputError(
+            f"{folder} holds one Dataset without splits; it needs a DatasetDict with 'train' and "
+            "'validation' splits: rebuild it with `rir build-data`"
+        )
     assert isinstance(dd, DatasetDict)
     return dd
 
@@ -222,39 +252,50 @@ def _check_rows(name: str, folder: Path, ds: Any, kind: str) -> None:
         other = "pref" if kind == "sft" else "sft"
         if all(c in have for c in COLUMNS[other]):
             cmd = "dpo" if other == "pref" else "sft"
-            raise UserInputError(f"{folder} is a {'preference' if other == 'pref' else 'SFT'} dataset (columns "
-                                 f"{sorted(have)}); train it with `rir train {cmd}`, or pass the *_{kind} folder")
-        raise UserInputError(f"dataset {folder} lacks column(s) {missing} (it has {sorted(have)}); "
-                             f"{kind} training needs {list(COLUMNS[kind])} in TRL's conversational format: "
-                             "rebuild it with `rir build-data`")
+            raise UserInputError(
+                f"{folder} is a {'preference' if other == 'pref' else 'SFT'} dataset (columns "
+                f"{sorted(have)}); train it with `rir train {cmd}`, or pass the *_{kind} folder"
+            )
+        raise UserInputError(
+            f"dataset {folder} lacks column(s) {missing} (it has {sorted(have)}); "
+            f"{kind} training needs {list(COLUMNS[kind])} in TRL's conversational format: "
+            "rebuild it with `rir build-data`"
+        )
     if len(ds) == 0:
         return
     row = ds[0]
     prompt = row["prompt"]
     if not (isinstance(prompt, list) and prompt and all(isinstance(m, dict) and "role" in m for m in prompt)):
-        raise UserInputError(f"dataset {folder}: 'prompt' must be a list of chat messages ({{role, content}}); "
-                             "rebuild it with `rir build-data`")
+        raise UserInputError(
+            f"dataset {folder}: 'prompt' must be a list of chat messages ({{role, content}}); "
+            "rebuild it with `rir build-data`"
+        )
     for col in COLUMNS[kind][1:]:
         msgs = row[col]
         if not (isinstance(msgs, list) and len(msgs) == 1 and msgs[0].get("role") == "assistant"):
-            raise UserInputError(f"dataset {folder}: '{col}' must be a list with one assistant message; "
-                                 "rebuild it with `rir build-data`")
+            raise UserInputError(
+                f"dataset {folder}: '{col}' must be a list with one assistant message; rebuild it with `rir build-data`"
+            )
 
 
 def dataset_folders(data: str, kind: str, decision_types: Sequence[str]) -> dict[str, Path]:
     """{dataset name: folder}. `data` is the build-data output folder, or one dataset folder."""
     root = Path(data).expanduser()
     if not root.is_dir():
-        raise UserInputError(f"--data {root} is not a folder: pass the --out folder of `rir build-data` "
-                             f"(holding {', '.join(f'{t}_{kind}' for t in DECISION_TYPES)}) or one of those folders")
+        raise UserInputError(
+            f"--data {root} is not a folder: pass the --out folder of `rir build-data` "
+            f"(holding {', '.join(f'{t}_{kind}' for t in DECISION_TYPES)}) or one of those folders"
+        )
     if (root / "dataset_dict.json").is_file():
         return {root.name: root}
     folders = {f"{t}_{kind}": root / f"{t}_{kind}" for t in decision_types}
     missing = [n for n, f in folders.items() if not f.is_dir()]
     if missing:
         present = sorted(p.name for p in root.iterdir() if (p / "dataset_dict.json").is_file())
-        raise UserInputError(f"{root} has no dataset folder(s) {missing} (it has: {', '.join(present) or 'none'}); "
-                             "run `rir build-data --out` into it, or choose decision_types among those present")
+        raise UserInputError(
+            f"{root} has no dataset folder(s) {missing} (it has: {', '.join(present) or 'none'}); "
+            "run `rir build-data --out` into it, or choose decision_types among those present"
+        )
     return folders
 
 
@@ -263,8 +304,9 @@ def decision_types_of(names: Sequence[str]) -> list[str]:
     return found or ["unknown"]
 
 
-def load_datasets(script_args: TrainScriptArguments, kind: str, need_eval: bool,
-                  seed: int = 42) -> tuple[Any, Any | None, dict[str, str], list[str]]:
+def load_datasets(
+    script_args: TrainScriptArguments, kind: str, need_eval: bool, seed: int = 42
+) -> tuple[Any, Any | None, dict[str, str], list[str]]:
     """(train, eval or None, {"<name>/<split>": fingerprint}, decision types): the chosen dataset
     folders mixed into one train and one eval set, shuffled, extra columns (meta) dropped."""
     from datasets import concatenate_datasets
@@ -277,16 +319,20 @@ def load_datasets(script_args: TrainScriptArguments, kind: str, need_eval: bool,
         dd = _load_dict(folder)
         for split in splits:
             if split not in dd:
-                fix = " or set eval_strategy: \"no\"" if split == script_args.eval_split else ""
-                raise UserInputError(f"dataset {folder} has no '{split}' split (it has: {', '.join(dd) or 'none'}); "
-                                     f"rebuild it with `rir build-data`{fix}")
+                fix = ' or set eval_strategy: "no"' if split == script_args.eval_split else ""
+                raise UserInputError(
+                    f"dataset {folder} has no '{split}' split (it has: {', '.join(dd) or 'none'}); "
+                    f"rebuild it with `rir build-data`{fix}"
+                )
             ds = dd[split]
             _check_rows(name, folder, ds, kind)
             fingerprints[f"{name}/{split}"] = ds._fingerprint
             parts[split].append(ds.select_columns(list(COLUMNS[kind])))
     out = []
-    for split, cap in ((script_args.train_split, script_args.max_train_samples),
-                       (script_args.eval_split, script_args.max_eval_samples)):
+    for split, cap in (
+        (script_args.train_split, script_args.max_train_samples),
+        (script_args.eval_split, script_args.max_eval_samples),
+    ):
         if split not in parts:
             out.append(None)
             continue
@@ -294,8 +340,10 @@ def load_datasets(script_args: TrainScriptArguments, kind: str, need_eval: bool,
         if cap is not None:
             ds = ds.select(range(min(cap, len(ds))), keep_in_memory=True)
         if len(ds) == 0:
-            raise UserInputError(f"the '{split}' split of {', '.join(map(str, folders.values()))} is empty: "
-                                 "generate more rollouts or use other decision_types")
+            raise UserInputError(
+                f"the '{split}' split of {', '.join(map(str, folders.values()))} is empty: "
+                "generate more rollouts or use other decision_types"
+            )
         out.append(ds.flatten_indices(keep_in_memory=True))
     return out[0], out[1], fingerprints, decision_types_of(list(folders))
 
@@ -305,12 +353,20 @@ def drop_overlong(ds: Any, tokenizer: Any, max_length: int | None, what: str) ->
     learn from (and a batch of them gives a NaN loss). Says how many were dropped."""
     if ds is None or not max_length:
         return ds
-    keep = [i for i, p in enumerate(ds["prompt"])
-            if len(_ids(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True))) < max_length - 8]
+    keep = [
+        i
+        for i, p in enumerate(ds["prompt"])
+        if len(_ids(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True))) < max_length - 8
+    ]
     if len(keep) < len(ds):
-        logger.warning("%s: dropped %d of %d rows whose prompt is >= max_length=%d tokens; raise max_length or "
-                       "rebuild the data with a smaller --max-prompt-tokens",
-                       what, len(ds) - len(keep), len(ds), max_length)
+        logger.warning(
+            "%s: dropped %d of %d rows whose prompt is >= max_length=%d tokens; raise max_length or "
+            "rebuild the data with a smaller --max-prompt-tokens",
+            what,
+            len(ds) - len(keep),
+            len(ds),
+            max_length,
+        )
         if not keep:
             raise UserInputError(f"every {what} prompt is longer than max_length={max_length} tokens: raise max_length")
         ds = ds.select(keep, keep_in_memory=True).flatten_indices(keep_in_memory=True)
@@ -330,14 +386,30 @@ def versions() -> dict[str, str]:
     return out
 
 
-def write_card(output_dir: str, *, base_model: str, base_model_path: str, decision_types: list[str],
-               fingerprints: dict[str, str], stage: str, extra: dict[str, Any] | None = None) -> Path:
+def write_card(
+    output_dir: str,
+    *,
+    base_model: str,
+    base_model_path: str,
+    decision_types: list[str],
+    fingerprints: dict[str, str],
+    stage: str,
+    extra: dict[str, Any] | None = None,
+) -> Path:
     """`rir_controller.json`: what `rir_runtime.tuned` checks before serving the adapter."""
     from rir_runtime.prompts import PROMPT_FORMAT_VERSION
 
-    card = {"kind": AGENT if decision_types == [AGENT] else "controller", "base_model": base_model, "base_model_path": base_model_path,
-            "decision_types": decision_types, "prompt_format_version": PROMPT_FORMAT_VERSION,
-            "dataset_fingerprints": fingerprints, "trained_with": versions(), "stage": stage, **(extra or {})}
+    card = {
+        "kind": AGENT if decision_types == [AGENT] else "controller",
+        "base_model": base_model,
+        "base_model_path": base_model_path,
+        "decision_types": decision_types,
+        "prompt_format_version": PROMPT_FORMAT_VERSION,
+        "dataset_fingerprints": fingerprints,
+        "trained_with": versions(),
+        "stage": stage,
+        **(extra or {}),
+    }
     path = Path(output_dir) / "rir_controller.json"
     path.write_text(json.dumps(card, indent=2) + "\n")
     return path
@@ -382,4 +454,5 @@ def oom_advice(training_args: Any) -> Iterator[None]:
             f"gradient_accumulation_steps={a.gradient_accumulation_steps}, max_length={a.max_length}, "
             f"gradient_checkpointing={a.gradient_checkpointing}). Reduce per_device_train_batch_size and raise "
             f"gradient_accumulation_steps to keep the effective batch of {effective}, lower max_length, and enable "
-            "gradient_checkpointing; then rerun (training resumes from the last checkpoint)") from err
+            "gradient_checkpointing; then rerun (training resumes from the last checkpoint)"
+        ) from err

@@ -33,8 +33,12 @@ from train.common import TrainScriptArguments
 
 @dataclass
 class DPOScriptArguments(TrainScriptArguments):
-    sft_adapter: str | None = field(default=None, metadata={
-        "help": "adapter folder of `rir train sft` to start from (its base model is used unless --model is given)"})
+    sft_adapter: str | None = field(
+        default=None,
+        metadata={
+            "help": "adapter folder of `rir train sft` to start from (its base model is used unless --model is given)"
+        },
+    )
 
 
 def main(script_args: DPOScriptArguments, training_args, model_args):
@@ -93,8 +97,14 @@ def build_trainer(script_args: DPOScriptArguments, training_args, model_args):
         processing_class=tokenizer,
         peft_config=peft_config,
     )
-    card = dict(base_model=base_name, base_model_path=base_path, decision_types=types, fingerprints=fingerprints,
-                stage="dpo", extra={"sft_adapter": script_args.sft_adapter})
+    card = dict(
+        base_model=base_name,
+        base_model_path=base_path,
+        decision_types=types,
+        fingerprints=fingerprints,
+        stage="dpo",
+        extra={"sft_adapter": script_args.sft_adapter},
+    )
     return trainer, card
 
 
@@ -106,9 +116,11 @@ def check_same_base(card: dict, adapter: str, base_name: str, base_path: str) ->
         return
     from rir_runtime.errors import UserInputError
 
-    raise UserInputError(f"sft_adapter {adapter} was trained on base model '{card['base_model']}', but the model "
-                         f"is '{base_name}': drop --model (the adapter's base is used) or pass "
-                         f"--model {card['base_model']}")
+    raise UserInputError(
+        f"sft_adapter {adapter} was trained on base model '{card['base_model']}', but the model "
+        f"is '{base_name}': drop --model (the adapter's base is used) or pass "
+        f"--model {card['base_model']}"
+    )
 
 
 def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str | None = None):

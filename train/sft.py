@@ -70,8 +70,9 @@ def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
         processing_class=tokenizer,
         peft_config=peft_config,
     )
-    card = dict(base_model=base_name, base_model_path=base_path, decision_types=types, fingerprints=fingerprints,
-                stage="sft")
+    card = dict(
+        base_model=base_name, base_model_path=base_path, decision_types=types, fingerprints=fingerprints, stage="sft"
+    )
     return trainer, card
 
 

@@ -18,8 +18,17 @@ ENV_CLASSES: dict[str, str] = {
 }
 
 __all__ = [
-    "ENV_CLASSES", "SPLITS", "Env", "Observation", "Snapshot", "StepResult", "TaskSpec",
-    "env_class", "make_env", "parse_variations", "resolve_tasks",
+    "ENV_CLASSES",
+    "SPLITS",
+    "Env",
+    "Observation",
+    "Snapshot",
+    "StepResult",
+    "TaskSpec",
+    "env_class",
+    "make_env",
+    "parse_variations",
+    "resolve_tasks",
 ]
 
 
@@ -58,9 +67,7 @@ def parse_variations(text: str | None) -> list[int] | None:
     return sorted(out)
 
 
-def resolve_tasks(
-    env: Env, tasks: list[str] | None, split: str, variations: list[int] | None
-) -> list[TaskSpec]:
+def resolve_tasks(env: Env, tasks: list[str] | None, split: str, variations: list[int] | None) -> list[TaskSpec]:
     """Validate a selection and expand it into `TaskSpec`s, with one clear error for bad input."""
     if split not in SPLITS:
         raise UnknownNameError("split", split, list(SPLITS))

@@ -25,8 +25,22 @@ from rir_runtime.errors import UnknownNameError, UserInputError
 PROCESSES = ("slice", "heat", "chill", "grind")
 ROOMS = ("bench", "pantry", "cellar", "garden")
 FOODS = (
-    "carrot", "onion", "pepper", "apple", "walnut", "basil", "ginger", "garlic",
-    "lemon", "potato", "mint", "fennel", "radish", "cocoa", "almond", "leek",
+    "carrot",
+    "onion",
+    "pepper",
+    "apple",
+    "walnut",
+    "basil",
+    "ginger",
+    "garlic",
+    "lemon",
+    "potato",
+    "mint",
+    "fennel",
+    "radish",
+    "cocoa",
+    "almond",
+    "leek",
 )
 TASKS = {"workshop-2": 2, "workshop-3": 3, "workshop-4": 4}
 SPLIT_SEED_BASE = {"train": 0, "dev": 100_000, "test": 200_000}
@@ -145,8 +159,12 @@ class WorkshopEnv(ReplayEnv):
         if lost:
             score = -MAX_SCORE
         return StepResult(
-            observation=text, reward=score - self._score, score=score,
-            done=won or lost or self._state.over, won=won, lost=lost,
+            observation=text,
+            reward=score - self._score,
+            score=score,
+            done=won or lost or self._state.over,
+            won=won,
+            lost=lost,
         )
 
     def _progress(self) -> float:

@@ -61,8 +61,10 @@ def check_reset(env: Env, task: TaskSpec) -> None:
 def check_step_types(env: Env, task: TaskSpec) -> None:
     env.reset(task)
     actions = env.admissible_actions()
-    _require(isinstance(actions, list) and all(isinstance(a, str) for a in actions),
-             "admissible_actions() must return a list of str")
+    _require(
+        isinstance(actions, list) and all(isinstance(a, str) for a in actions),
+        "admissible_actions() must return a list of str",
+    )
     _require(actions == env.admissible_actions(), "admissible_actions() is not deterministic (order or content)")
     _require(len(actions) > 0, "admissible_actions() is empty right after reset")
     result = env.step(actions[0])
@@ -79,13 +81,18 @@ def check_reset_determinism(env: Env, task: TaskSpec, depth: int = 6) -> None:
     first = env.reset(task)
     run1 = walk(env, depth)
     second = env.reset(task)
-    _require(first.text == second.text, "two resets of the same task gave different observations: "
-             "the engine is seeded from something other than the task (time, global RNG?)")
+    _require(
+        first.text == second.text,
+        "two resets of the same task gave different observations: "
+        "the engine is seeded from something other than the task (time, global RNG?)",
+    )
     for action, result in run1:
         again = env.step(action)
-        _require(again.observation == result.observation and again.score == result.score,
-                 f"replaying '{action}' after reset gave a different observation; replay-based restore "
-                 "cannot be verified on this engine")
+        _require(
+            again.observation == result.observation and again.score == result.score,
+            f"replaying '{action}' after reset gave a different observation; replay-based restore "
+            "cannot be verified on this engine",
+        )
 
 
 def check_rollback(env: Env, task: TaskSpec, before: int = 3, after: int = 3) -> None:
@@ -96,15 +103,21 @@ def check_rollback(env: Env, task: TaskSpec, before: int = 3, after: int = 3) ->
     _require(len(suffix) > 0, "the episode ended before the rollback check could act after the checkpoint")
     for attempt in range(2):  # a snapshot must be restorable more than once
         obs = env.restore(snap)
-        _require(obs.text == snap.observation,
-                 f"restore #{attempt + 1} returned an observation different from the checkpoint's")
-        _require(obs.score == snap.score, f"restore #{attempt + 1} did not bring the score back "
-                 f"({obs.score} != {snap.score})")
+        _require(
+            obs.text == snap.observation,
+            f"restore #{attempt + 1} returned an observation different from the checkpoint's",
+        )
+        _require(
+            obs.score == snap.score,
+            f"restore #{attempt + 1} did not bring the score back ({obs.score} != {snap.score})",
+        )
         for action, result in suffix:
             again = env.step(action)
-            _require(again.observation == result.observation,
-                     f"after restore #{attempt + 1}, '{action}' behaved differently than before the "
-                     "rollback: the snapshot misses part of the state")
+            _require(
+                again.observation == result.observation,
+                f"after restore #{attempt + 1}, '{action}' behaved differently than before the "
+                "rollback: the snapshot misses part of the state",
+            )
 
 
 def check_expert(env: Env, task: TaskSpec) -> None:
@@ -112,8 +125,10 @@ def check_expert(env: Env, task: TaskSpec) -> None:
         return
     env.reset(task)
     plan = env.expert_actions()
-    _require(isinstance(plan, list) and plan and all(isinstance(a, str) for a in plan),
-             "expert_actions() must return a non-empty list of str right after reset")
+    _require(
+        isinstance(plan, list) and plan and all(isinstance(a, str) for a in plan),
+        "expert_actions() must return a non-empty list of str right after reset",
+    )
 
 
 CHECKS: dict[str, Callable[[Env, TaskSpec], None]] = {

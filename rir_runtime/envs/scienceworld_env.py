@@ -28,29 +28,46 @@ from typing import Any
 from rir_runtime.envs.base import SPLITS, Observation, ReplayEnv, Split, StepResult, TaskSpec
 from rir_runtime.errors import DependencyMissingError, UnknownNameError, UserInputError
 
-JAVA_HINT = ("ScienceWorld needs a Java runtime (JRE 11+) on PATH: install one, "
-             "e.g. `apt-get install openjdk-17-jre-headless`")
+JAVA_HINT = (
+    "ScienceWorld needs a Java runtime (JRE 11+) on PATH: install one, e.g. `apt-get install openjdk-17-jre-headless`"
+)
 # constant identity hash -> deterministic set order; open java.util so the RNG state can be saved
-DETERMINISM_OPTS = ["-XX:+UnlockExperimentalVMOptions", "-XX:hashCode=2",
-                    "--add-opens=java.base/java.util=ALL-UNNAMED"]
+DETERMINISM_OPTS = ["-XX:+UnlockExperimentalVMOptions", "-XX:hashCode=2", "--add-opens=java.base/java.util=ALL-UNNAMED"]
 _JAVA_RANDOM_MULTIPLIER = 0x5DEECE66D  # java.util.Random.setSeed scrambles with this
 
 # Task -> number of variations in scienceworld 1.2.3 (PythonInterface.getTaskMaxVariations), in
 # the package's task order. Kept here so listing and validating tasks starts no JVM; reset()
 # checks the count against the running engine.
 MAX_VARIATIONS: dict[str, int] = {
-    "boil": 30, "melt": 30, "freeze": 30, "change-the-state-of-matter-of": 30,
-    "use-thermometer": 540, "measure-melting-point-known-substance": 436,
-    "measure-melting-point-unknown-substance": 300, "power-component": 20,
-    "power-component-renewable-vs-nonrenewable-energy": 20, "test-conductivity": 900,
-    "test-conductivity-of-unknown-substances": 600, "find-living-thing": 300,
-    "find-non-living-thing": 300, "find-plant": 300, "find-animal": 300, "grow-plant": 126,
-    "grow-fruit": 126, "chemistry-mix": 32, "chemistry-mix-paint-secondary-color": 36,
-    "chemistry-mix-paint-tertiary-color": 36, "lifespan-longest-lived": 125,
-    "lifespan-shortest-lived": 125, "lifespan-longest-lived-then-shortest-lived": 125,
-    "identify-life-stages-1": 14, "identify-life-stages-2": 10,
-    "inclined-plane-determine-angle": 168, "inclined-plane-friction-named-surfaces": 1386,
-    "inclined-plane-friction-unnamed-surfaces": 162, "mendelian-genetics-known-plant": 120,
+    "boil": 30,
+    "melt": 30,
+    "freeze": 30,
+    "change-the-state-of-matter-of": 30,
+    "use-thermometer": 540,
+    "measure-melting-point-known-substance": 436,
+    "measure-melting-point-unknown-substance": 300,
+    "power-component": 20,
+    "power-component-renewable-vs-nonrenewable-energy": 20,
+    "test-conductivity": 900,
+    "test-conductivity-of-unknown-substances": 600,
+    "find-living-thing": 300,
+    "find-non-living-thing": 300,
+    "find-plant": 300,
+    "find-animal": 300,
+    "grow-plant": 126,
+    "grow-fruit": 126,
+    "chemistry-mix": 32,
+    "chemistry-mix-paint-secondary-color": 36,
+    "chemistry-mix-paint-tertiary-color": 36,
+    "lifespan-longest-lived": 125,
+    "lifespan-shortest-lived": 125,
+    "lifespan-longest-lived-then-shortest-lived": 125,
+    "identify-life-stages-1": 14,
+    "identify-life-stages-2": 10,
+    "inclined-plane-determine-angle": 168,
+    "inclined-plane-friction-named-surfaces": 1386,
+    "inclined-plane-friction-unnamed-surfaces": 162,
+    "mendelian-genetics-known-plant": 120,
     "mendelian-genetics-unknown-plant": 480,
 }
 
@@ -179,19 +196,25 @@ class ScienceWorldEnv(ReplayEnv):
         if not 0 <= task.variation < len(ids):
             raise UserInputError(
                 f"variation {task.variation} does not exist for {self.name} task '{task.task}' in split "
-                f"'{task.split}' (it has variations 0-{len(ids) - 1}); pick one within that range")
+                f"'{task.split}' (it has variations 0-{len(ids) - 1}); pick one within that range"
+            )
         sw = self._engine()
         if sw.get_max_variations(task.task) != MAX_VARIATIONS[task.task]:
             raise DependencyMissingError(
                 f"the installed scienceworld has a different variation count for '{task.task}' than "
-                f"this adapter expects: install scienceworld==1.2.3")
+                f"this adapter expects: install scienceworld==1.2.3"
+            )
         self._variation_id = ids[task.variation]
         sw.load(task.task, self._variation_id, self.simplification, generateGoldPath=False)
         self._steps, self._prev_score = 0, 0.0
         # a free look (no simulated time passes) so the gold path still applies from here
         text = compact_look(str(sw.server.freeActionLook()).rstrip())
-        return Observation(text=text, objective=str(sw.server.getTaskDescription()), score=0.0,
-                           info={"variation_id": self._variation_id, "simplification": self.simplification})
+        return Observation(
+            text=text,
+            objective=str(sw.server.getTaskDescription()),
+            score=0.0,
+            info={"variation_id": self._variation_id, "simplification": self.simplification},
+        )
 
     def _step_engine(self, action: str) -> StepResult:
         server = self._sw.server
@@ -205,10 +228,18 @@ class ScienceWorldEnv(ReplayEnv):
         won, lost = score >= 100, score < 0  # a wrong focus scores -100 and ends the episode
         limit = self._steps >= self.step_limit
         return StepResult(
-            observation=text, reward=reward, score=score, done=completed or won or lost or limit,
-            won=won, lost=lost,
-            info={"moves": int(server.getNumMoves()), "steps": self._steps, "completed": completed,
-                  "step_limit_reached": limit and not (won or lost)},
+            observation=text,
+            reward=reward,
+            score=score,
+            done=completed or won or lost or limit,
+            won=won,
+            lost=lost,
+            info={
+                "moves": int(server.getNumMoves()),
+                "steps": self._steps,
+                "completed": completed,
+                "step_limit_reached": limit and not (won or lost),
+            },
         )
 
     # --- actions --------------------------------------------------------------------------
@@ -234,7 +265,7 @@ class ScienceWorldEnv(ReplayEnv):
             have_g.setBoolean(rnd, saved[1])
             next_g.setDouble(rnd, saved[2])
         listed = {str(a["action"]) for a in data.get("validActions", [])}
-        reopen = {_OPEN_DOOR + a[len(_CLOSE_DOOR):] for a in listed if a.startswith(_CLOSE_DOOR)}
+        reopen = {_OPEN_DOOR + a[len(_CLOSE_DOOR) :] for a in listed if a.startswith(_CLOSE_DOOR)}
         return sorted(listed | reopen)
 
     def gold_actions(self) -> list[str]:
@@ -254,7 +285,7 @@ class ScienceWorldEnv(ReplayEnv):
         if self._task is None:
             return []
         gold, done = self.gold_actions(), self._actions
-        return gold[len(done):] if gold[: len(done)] == done else []
+        return gold[len(done) :] if gold[: len(done)] == done else []
 
     def close(self) -> None:
         if self._sw is not None:

@@ -53,7 +53,7 @@ def _clean(feedback: str, objective: str = "") -> str:
     """Drop the ASCII-art banner and the trailing `>` prompt with its status line (`-= Room =-1/4`)."""
     text = feedback or ""
     cut = text.rfind("\n>")
-    if cut >= 0 and "\n" not in text[cut + 2:]:
+    if cut >= 0 and "\n" not in text[cut + 2 :]:
         text = text[:cut]
     start = text.find(objective) if objective else -1
     if start > 0 and not re.search("[A-Za-z]", text[:start]):
@@ -64,6 +64,7 @@ def _clean(feedback: str, objective: str = "") -> str:
 def _copy_progression(gp: Any) -> Any:
     """Like `GameProgression.copy()`, which rebuilds every quest tree (~0.2 s on 12 rooms), in ~5 ms:
     share what never changes (game, kb, actions, tree elements, as upstream does), copy the rest."""
+
     def fresh(obj: Any, **changes: Any) -> Any:
         new = copy.copy(obj)
         new.__dict__.update(changes)
@@ -71,11 +72,20 @@ def _copy_progression(gp: Any) -> Any:
 
     def event(e: Any) -> Any:
         t = e._tree
-        return fresh(e, _tree=fresh(t, roots=[r.copy() for r in t.roots], _leaves_values=list(t._leaves_values),
-                                    _leaves_elements=list(t._leaves_elements)))
+        return fresh(
+            e,
+            _tree=fresh(
+                t,
+                roots=[r.copy() for r in t.roots],
+                _leaves_values=list(t._leaves_values),
+                _leaves_elements=list(t._leaves_elements),
+            ),
+        )
 
-    quests = [fresh(q, win_events=[event(e) for e in q.win_events], fail_events=[event(e) for e in q.fail_events])
-              for q in gp.quest_progressions]
+    quests = [
+        fresh(q, win_events=[event(e) for e in q.win_events], fail_events=[event(e) for e in q.fail_events])
+        for q in gp.quest_progressions
+    ]
     return fresh(gp, state=gp.state.copy(), quest_progressions=quests)
 
 
@@ -175,8 +185,15 @@ class TextWorldCookingEnv(ReplayEnv):
         if self._env is not None and self._path == path:
             return
         self.close()
-        infos = textworld.EnvInfos(admissible_commands=True, policy_commands=True, score=True,
-                                   max_score=True, won=True, lost=True, objective=True)
+        infos = textworld.EnvInfos(
+            admissible_commands=True,
+            policy_commands=True,
+            score=True,
+            max_score=True,
+            won=True,
+            lost=True,
+            objective=True,
+        )
         for attempt in range(2):
             try:
                 data = path.read_bytes()  # z-machine v8 header check first: Frotz may crash on a truncated file
@@ -188,18 +205,26 @@ class TextWorldCookingEnv(ReplayEnv):
                 return
             except Exception as exc:
                 if attempt:
-                    raise RIRError(f"cached TextWorld game {path} is unloadable ({exc!r}); delete "
-                                   f"{path} and {path.with_suffix('.json')} to regenerate it") from exc
+                    raise RIRError(
+                        f"cached TextWorld game {path} is unloadable ({exc!r}); delete "
+                        f"{path} and {path.with_suffix('.json')} to regenerate it"
+                    ) from exc
                 path.unlink(missing_ok=True)
                 self._generate(task.task, task.split, game_seed(task.split, task.variation), path)
 
     # --- engine ---------------------------------------------------------------------------
     def _remember(self, gs: Any, text: str) -> None:
-        self._last = {"text": text, "score": float(gs.score or 0), "max_score": float(gs.max_score or 0),
-                      "won": bool(gs.won), "lost": bool(gs.lost), "objective": gs.objective or "",
-                      "admissible": sorted(set(gs.admissible_commands or [])),
-                      "policy": list(gs.policy_commands or []),
-                      "walkthrough": list(gs.get("extra.walkthrough") or [])}
+        self._last = {
+            "text": text,
+            "score": float(gs.score or 0),
+            "max_score": float(gs.max_score or 0),
+            "won": bool(gs.won),
+            "lost": bool(gs.lost),
+            "objective": gs.objective or "",
+            "admissible": sorted(set(gs.admissible_commands or [])),
+            "policy": list(gs.policy_commands or []),
+            "walkthrough": list(gs.get("extra.walkthrough") or []),
+        }
 
     def _reset_engine(self, task: TaskSpec) -> Observation:
         """A game's first reset runs TextWorld's (0.05-0.6 s: it rebuilds the quest trees); later resets
@@ -215,20 +240,29 @@ class TextWorldCookingEnv(ReplayEnv):
 
     def _observation(self, text: str) -> Observation:
         last = self._last
-        return Observation(text=text, objective=last["objective"], score=last["score"],
-                           info={"max_score": last["max_score"]})
+        return Observation(
+            text=text, objective=last["objective"], score=last["score"], info={"max_score": last["max_score"]}
+        )
 
     def _step_engine(self, action: str) -> StepResult:
         last = self._last
         if last["won"] or last["lost"]:  # Frotz would ask to RESTART/UNDO; keep the ended state instead
             last["text"] = GAME_OVER
-            return StepResult(GAME_OVER, 0.0, last["score"], True, last["won"], last["lost"],
-                              {"max_score": last["max_score"]})
+            return StepResult(
+                GAME_OVER, 0.0, last["score"], True, last["won"], last["lost"], {"max_score": last["max_score"]}
+            )
         gs, _, _ = self._env.step(" ".join(action.split()))  # one command: a newline would send two
         self._remember(gs, _clean(gs.feedback))
         new = self._last
-        return StepResult(new["text"], new["score"] - last["score"], new["score"], new["won"] or new["lost"],
-                          new["won"], new["lost"], {"max_score": new["max_score"]})
+        return StepResult(
+            new["text"],
+            new["score"] - last["score"],
+            new["score"],
+            new["won"] or new["lost"],
+            new["won"],
+            new["lost"],
+            {"max_score": new["max_score"]},
+        )
 
     def admissible_actions(self) -> list[str]:
         return list(self._last.get("admissible", []))
@@ -240,7 +274,7 @@ class TextWorldCookingEnv(ReplayEnv):
         if not last or last["policy"] or last["won"] or last["lost"]:
             return list(last.get("policy", []))
         walk, done = last["walkthrough"], self._actions
-        return walk[len(done):] if walk[: len(done)] == done else []
+        return walk[len(done) :] if walk[: len(done)] == done else []
 
     # --- snapshots ------------------------------------------------------------------------
     def _layers(self) -> list[Any]:
@@ -253,8 +287,10 @@ class TextWorldCookingEnv(ReplayEnv):
         return layers
 
     def _capture(self) -> NativeState:
-        layers = tuple({k: _clone(v) for k, v in vars(layer).items() if k not in ("_wrapped_env", "_jericho")}
-                       for layer in self._layers())
+        layers = tuple(
+            {k: _clone(v) for k, v in vars(layer).items() if k not in ("_wrapped_env", "_jericho")}
+            for layer in self._layers()
+        )
         return NativeState(self._env.unwrapped._jericho.get_state(), layers, _clone(self._last))
 
     def _apply(self, state: NativeState) -> None:

@@ -22,7 +22,20 @@ from rir_runtime.llm.registry import (
 )
 
 __all__ = [
-    "MODELS", "Backend", "Completion", "ModelInfo", "ModelSpec", "OpenAIBackend", "TransformersBackend",
-    "cache_root", "list_models", "load_model_and_tokenizer", "load_tokenizer", "local_path", "make_backend",
-    "prepare_model", "resolve_model", "truncate_at_stop",
+    "MODELS",
+    "Backend",
+    "Completion",
+    "ModelInfo",
+    "ModelSpec",
+    "OpenAIBackend",
+    "TransformersBackend",
+    "cache_root",
+    "list_models",
+    "load_model_and_tokenizer",
+    "load_tokenizer",
+    "local_path",
+    "make_backend",
+    "prepare_model",
+    "resolve_model",
+    "truncate_at_stop",
 ]

@@ -33,8 +33,14 @@ class Backend(Protocol):
     name: str
     supports_scoring: bool
 
-    def generate(self, prompts: list[Messages] | list[str], *, max_new_tokens: int, stop: list[str] | None = None,
-                 temperature: float = 0.0) -> list[Completion]:
+    def generate(
+        self,
+        prompts: list[Messages] | list[str],
+        *,
+        max_new_tokens: int,
+        stop: list[str] | None = None,
+        temperature: float = 0.0,
+    ) -> list[Completion]:
         """One completion per prompt; chat prompts get the model's chat template."""
         ...
 
@@ -64,8 +70,14 @@ class TransformersBackend:
     _stop_strings_ok = True
     _prefix_cache_ok = True
 
-    def __init__(self, model_name_or_path: str, dtype: Any = "auto", device: str | None = None,
-                 max_batch_size: int = 16, num_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model_name_or_path: str,
+        dtype: Any = "auto",
+        device: str | None = None,
+        max_batch_size: int = 16,
+        num_threads: int | None = None,
+    ) -> None:
         from rir_runtime.llm.registry import load_model_and_tokenizer
 
         device = device or default_device()
@@ -102,20 +114,28 @@ class TransformersBackend:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         return ids, mask, positions
 
-    def generate(self, prompts: list[Messages] | list[str], *, max_new_tokens: int, stop: list[str] | None = None,
-                 temperature: float = 0.0) -> list[Completion]:
+    def generate(
+        self,
+        prompts: list[Messages] | list[str],
+        *,
+        max_new_tokens: int,
+        stop: list[str] | None = None,
+        temperature: float = 0.0,
+    ) -> list[Completion]:
         encoded = [self._encode(p) for p in prompts]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths pad less
         results: dict[int, Completion] = {}
         for start in range(0, len(order), self.max_batch_size):
-            chunk = order[start: start + self.max_batch_size]
-            for i, completion in zip(chunk, self._generate_batch([encoded[i] for i in chunk], max_new_tokens,
-                                                                 stop, temperature), strict=True):
+            chunk = order[start : start + self.max_batch_size]
+            for i, completion in zip(
+                chunk, self._generate_batch([encoded[i] for i in chunk], max_new_tokens, stop, temperature), strict=True
+            ):
                 results[i] = completion
         return [results[i] for i in range(len(prompts))]
 
-    def _generate_batch(self, rows: list[list[int]], max_new_tokens: int, stop: list[str] | None,
-                        temperature: float) -> list[Completion]:
+    def _generate_batch(
+        self, rows: list[list[int]], max_new_tokens: int, stop: list[str] | None, temperature: float
+    ) -> list[Completion]:
         import torch
 
         ids, mask, _ = self._left_pad(rows)
@@ -128,8 +148,9 @@ class TransformersBackend:
             out = None
             if stop and self._stop_strings_ok:
                 try:
-                    out = self.model.generate(input_ids=ids, attention_mask=mask, stop_strings=stop,
-                                              tokenizer=self.tokenizer, **kwargs)
+                    out = self.model.generate(
+                        input_ids=ids, attention_mask=mask, stop_strings=stop, tokenizer=self.tokenizer, **kwargs
+                    )
                 except Exception:  # noqa: BLE001 - some tokenizers cannot build stop-string tables
                     self._stop_strings_ok = False
             if out is None:
@@ -137,7 +158,7 @@ class TransformersBackend:
         eos = self.model.generation_config.eos_token_id
         eos_ids = set([eos] if isinstance(eos, int) else (eos or [])) | {self.tokenizer.eos_token_id}
         completions = []
-        for row, new in zip(rows, out[:, ids.shape[1]:].tolist(), strict=True):
+        for row, new in zip(rows, out[:, ids.shape[1] :].tolist(), strict=True):
             n = next((k + 1 for k, t in enumerate(new) if t in eos_ids), None)  # after EOS is padding
             if n is None:  # stopped by a stop string (then padded while the batch went on) or by length
                 n = len(new)
@@ -171,17 +192,25 @@ class TransformersBackend:
 
         def allowed(_batch: int, ids: Any) -> list[int]:
             node = trie
-            for token in ids[len(head):].tolist():
+            for token in ids[len(head) :].tolist():
                 node = node.get(token, {})
             return list(node) or [eos]
 
         ids = torch.tensor([head], device=self.device)
         with torch.inference_mode():
-            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                      prefix_allowed_tokens_fn=allowed, max_new_tokens=max(map(len, index)) + 1,
-                                      eos_token_id=eos, pad_token_id=self.tokenizer.pad_token_id,
-                                      do_sample=False, temperature=None, top_p=None, top_k=None)
-        new = out[0, len(head):].tolist()
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                prefix_allowed_tokens_fn=allowed,
+                max_new_tokens=max(map(len, index)) + 1,
+                eos_token_id=eos,
+                pad_token_id=self.tokenizer.pad_token_id,
+                do_sample=False,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+            )
+        new = out[0, len(head) :].tolist()
         spelled = tuple(new[: new.index(eos)] if eos in new else new)
         if spelled not in index:  # cannot happen with a well-formed trie; say so rather than guess
             raise RIRError(f"constrained decoding spelled {self.tokenizer.decode(spelled)!r}, which is not a choice")
@@ -193,8 +222,10 @@ class TransformersBackend:
         if not continuations:
             return []
         head = self._encode(prompt)
-        tails = [self.tokenizer(c, add_special_tokens=False)["input_ids"] or [self.tokenizer.eos_token_id]
-                 for c in continuations]
+        tails = [
+            self.tokenizer(c, add_special_tokens=False)["input_ids"] or [self.tokenizer.eos_token_id]
+            for c in continuations
+        ]
         if self._prefix_cache_ok:
             try:
                 return self._score_cached(head, tails)
@@ -218,17 +249,19 @@ class TransformersBackend:
             prefix = first.past_key_values if prefix is None else prefix
             scores: list[float] = []
             for start in range(0, len(tails), self.max_batch_size):
-                chunk = tails[start: start + self.max_batch_size]
+                chunk = tails[start : start + self.max_batch_size]
                 width = max(len(t) for t in chunk)
                 pad = self.tokenizer.pad_token_id
                 ids = torch.tensor([t + [pad] * (width - len(t)) for t in chunk], device=self.device)
-                mask = torch.tensor([[1] * (len(head) + len(t)) + [0] * (width - len(t)) for t in chunk],
-                                    device=self.device)
+                mask = torch.tensor(
+                    [[1] * (len(head) + len(t)) + [0] * (width - len(t)) for t in chunk], device=self.device
+                )
                 positions = torch.arange(len(head), len(head) + width, device=self.device).expand(len(chunk), -1)
                 cache = copy.deepcopy(prefix)
                 cache.batch_repeat_interleave(len(chunk))
-                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                    **{cache_kw: cache}, use_cache=True).logits.float()
+                logits = self.model(
+                    input_ids=ids, attention_mask=mask, position_ids=positions, **{cache_kw: cache}, use_cache=True
+                ).logits.float()
                 token_lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
                 for r, t in enumerate(chunk):
                     scores.append(float(first_lp[t[0]] + token_lp[r, : len(t) - 1].sum()))
@@ -241,16 +274,17 @@ class TransformersBackend:
 
         scores: list[float] = []
         for start in range(0, len(tails), self.max_batch_size):
-            chunk = tails[start: start + self.max_batch_size]
+            chunk = tails[start : start + self.max_batch_size]
             ids, mask, positions = self._left_pad([head + t for t in chunk])
             keep = max(len(t) for t in chunk) + 1
             with torch.inference_mode():
-                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                    logits_to_keep=keep).logits.float()
+                logits = self.model(
+                    input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep
+                ).logits.float()
             logprobs = torch.log_softmax(logits[:, :-1], dim=-1)  # position j predicts token j+1
-            token_lp = logprobs.gather(-1, ids[:, -keep + 1:].unsqueeze(-1)).squeeze(-1)
+            token_lp = logprobs.gather(-1, ids[:, -keep + 1 :].unsqueeze(-1)).squeeze(-1)
             for r, t in enumerate(chunk):
-                scores.append(float(token_lp[r, -len(t):].sum()))
+                scores.append(float(token_lp[r, -len(t) :].sum()))
         return scores
 
 
@@ -260,8 +294,15 @@ class OpenAIBackend:
 
     supports_scoring = False
 
-    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout: float = 120.0,
-                 max_workers: int = 8, retries: int = 2) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout: float = 120.0,
+        max_workers: int = 8,
+        retries: int = 2,
+    ) -> None:
         base = base_url.rstrip("/")
         self.base_url = base if base.endswith("/v1") else base + "/v1"
         self.model, self.timeout, self.max_workers, self.retries = model, timeout, max_workers, retries
@@ -299,23 +340,33 @@ class OpenAIBackend:
             data = self._post("/chat/completions", {**body, "messages": prompt})
             text = data["choices"][0]["message"].get("content") or ""
         usage = data.get("usage") or {}
-        return Completion(truncate_at_stop(text, stop), int(usage.get("prompt_tokens", 0)),
-                          int(usage.get("completion_tokens", 0)))
+        return Completion(
+            truncate_at_stop(text, stop), int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+        )
 
-    def generate(self, prompts: list[Messages] | list[str], *, max_new_tokens: int, stop: list[str] | None = None,
-                 temperature: float = 0.0) -> list[Completion]:
+    def generate(
+        self,
+        prompts: list[Messages] | list[str],
+        *,
+        max_new_tokens: int,
+        stop: list[str] | None = None,
+        temperature: float = 0.0,
+    ) -> list[Completion]:
         if len(prompts) <= 1:
             return [self._one(p, max_new_tokens, stop, temperature) for p in prompts]
         with ThreadPoolExecutor(min(self.max_workers, len(prompts))) as pool:
             return list(pool.map(lambda p: self._one(p, max_new_tokens, stop, temperature), prompts))
 
     def choose(self, prompt: Prompt, choices: list[str]) -> tuple[int, Completion]:
-        raise NotImplementedError(f"{self.name} cannot constrain decoding to a list of choices; use "
-                                  "generate mode or a transformers backend")
+        raise NotImplementedError(
+            f"{self.name} cannot constrain decoding to a list of choices; use generate mode or a transformers backend"
+        )
 
     def score(self, prompt: Prompt, continuations: list[str]) -> list[float]:
-        raise NotImplementedError(f"{self.name} cannot score continuations (chat APIs return no prompt "
-                                  "log-probabilities); use generate mode or a transformers backend")
+        raise NotImplementedError(
+            f"{self.name} cannot score continuations (chat APIs return no prompt "
+            "log-probabilities); use generate mode or a transformers backend"
+        )
 
 
 def make_backend(spec: str, **kwargs: Any) -> Backend:
@@ -330,9 +381,9 @@ def make_backend(spec: str, **kwargs: Any) -> Backend:
       max_batch_size).
     """
     if spec.startswith("openai:"):
-        rest = spec[len("openai:"):]
+        rest = spec[len("openai:") :]
         cut = max(rest.rfind("@http://"), rest.rfind("@https://"))
-        model, base = (rest[:cut], rest[cut + 1:]) if cut >= 0 else (rest, "")
+        model, base = (rest[:cut], rest[cut + 1 :]) if cut >= 0 else (rest, "")
         base = base or os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
         if not model:
             raise ModelLoadError(f"backend spec '{spec}' names no model: use openai:<model>@<base_url>")
@@ -342,7 +393,7 @@ def make_backend(spec: str, **kwargs: Any) -> Backend:
 
         return load_tuned_backend(spec, **kwargs)
     if spec.startswith("transformers:"):
-        spec = spec[len("transformers:"):]
+        spec = spec[len("transformers:") :]
     if os.path.isfile(os.path.join(os.path.expanduser(spec), "rir_controller.json")):  # an agent adapter as policy
         from rir_runtime.tuned import load_tuned_backend
 

