@@ -188,9 +188,9 @@ def reflection_candidates(label: Label) -> list[Reflection]:
     ctx = context_for(label.point, restore_point=label.restore)
     out = [reflection_for(ctx, label.restore or 0), Reflection()]
     if label.point.reflection:
-        from rir_runtime.decisions import parse
-
         import json
+
+        from rir_runtime.decisions import parse
 
         own = parse("reflect", json.dumps(label.point.reflection))
         if own not in out:

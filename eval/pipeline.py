@@ -318,7 +318,7 @@ def final_report(
     )
     if len(evals) > 1:
         lines += ["## Main table (test split)", "", benchmark_table([s.env for s in cfg.suites], evals), ""]
-    for suite, d, summary in zip(cfg.suites, eval_dirs, evals):
+    for suite, d, summary in zip(cfg.suites, eval_dirs, evals, strict=True):
         lines += [
             f"## Test split: {suite.env} (variations {suite.test_variations})",
             "",

@@ -104,7 +104,8 @@ class EpisodeJob:
     def episode_id(self) -> str:
         ctrl = "-" if self.method == "react" else self.controller
         budget = f"b{self.budget_agent}r{self.budget_rollback}"
-        return f"{self.task.key}/{self.method}/{ctrl}/{self.policy}/{budget}/s{self.seed}{'/' + self.tag if self.tag else ''}"
+        tag = f"/{self.tag}" if self.tag else ""
+        return f"{self.task.key}/{self.method}/{ctrl}/{self.policy}/{budget}/s{self.seed}{tag}"
 
 
 def expand_jobs(cfg: SelectionConfig, env: Env | None = None) -> list[EpisodeJob]:

@@ -7,6 +7,7 @@ reflection, or the structured memory). The presets below are data; there is one 
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -96,7 +97,7 @@ def segments(history: tuple[Step, ...], last_checkpoint: int, chunk: int = 6) ->
         previous = step.score
     cuts.append(last_checkpoint + 1)
     out: list[tuple[int, int]] = []
-    for a, b in zip(cuts, cuts[1:]):
+    for a, b in itertools.pairwise(cuts):
         while b - a > chunk:
             out.append((a, a + chunk))
             a += chunk

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, replace
 
@@ -18,9 +19,12 @@ from rir_runtime.policies import AgentAction, AgentContext, NoisyExpertPolicy
 from rir_runtime.recovery import PRESETS, ReviewSchedule, segments
 
 TASKS = [TaskSpec("builtin", "workshop-3", "dev", v) for v in range(40)]
+DEFAULT_BUDGETS = Budgets()
 
 
-def run(method: str, task: TaskSpec, controller=None, budgets: Budgets = Budgets(), error_rate: float = 0.15) -> dict:
+def run(
+    method: str, task: TaskSpec, controller=None, budgets: Budgets = DEFAULT_BUDGETS, error_rate: float = 0.15
+) -> dict:
     env = WorkshopEnv()
     runner = EpisodeRunner(
         env, NoisyExpertPolicy(env, error_rate), controller or HeuristicController(), PRESETS[method], budgets
@@ -126,7 +130,7 @@ def test_segments_cut_at_milestones_and_chunks() -> None:
     segs = segments(history, len(history))
     assert segs[0][0] == 0 and segs[-1][1] == len(history) + 1
     assert all(a < b and b - a <= 6 for a, b in segs)
-    assert all(b == c for (_, b), (c, _) in zip(segs, segs[1:]))
+    assert all(b == c for (_, b), (c, _) in itertools.pairwise(segs))
     del env
 
 

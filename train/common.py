@@ -57,8 +57,8 @@ class TrainScriptArguments:
     model: str | None = field(
         default=None,
         metadata={
-            "help": "base model: registry name (smollm2-135m-instruct, tiny-random-llama, ...), local folder or hub id; "
-            "defaults to model_name_or_path"
+            "help": "base model: registry name (smollm2-135m-instruct, tiny-random-llama, ...), local folder "
+            "or hub id; defaults to model_name_or_path"
         },
     )
     train_split: str = field(default="train", metadata={"help": "split to train on"})

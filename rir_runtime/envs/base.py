@@ -126,7 +126,7 @@ class Env(ABC):
         """The oracle plan from the current state to success ([] when none is known or possible)."""
         return []
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: most engines hold nothing to release
         """Release engine resources."""
 
     def __enter__(self) -> Env:

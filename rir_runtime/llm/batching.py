@@ -53,7 +53,7 @@ class BatchingBackend:
                 self.batches.append(len(items))
                 try:
                     outs = self.backend.generate([p for p, _, _ in items], **items[0][1])
-                    for (_, _, future), out in zip(items, outs):
+                    for (_, _, future), out in zip(items, outs, strict=True):
                         future.set_result(out)
                 except Exception as err:  # hand the error to every waiting episode
                     for _, _, future in items:
