@@ -53,6 +53,8 @@ class BatchingBackend:
                 self.batches.append(len(items))
                 try:
                     outs = self.backend.generate([p for p, _, _ in items], **items[0][1])
+                    if len(outs) != len(items):  # before any future is set: the error goes to all of them
+                        raise RuntimeError(f"the backend returned {len(outs)} replies for {len(items)} prompts")
                     for (_, _, future), out in zip(items, outs, strict=True):
                         future.set_result(out)
                 except Exception as err:  # hand the error to every waiting episode
