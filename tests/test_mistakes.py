@@ -76,3 +76,9 @@ def test_missing_run_is_a_clear_error(tmp_path) -> None:
 def test_agent_going_back_and_forth_is_its_own_category() -> None:
     rooms = ["open door to hallway", "go to hallway", "open door to kitchen", "go to kitchen"] * 2
     assert categorize(rooms, None) == "no fatal step: went back and forth"
+    take_put = ["put chicken wing on counter", "take chicken wing from counter"] * 4
+    assert categorize(take_put, None) == "no fatal step: went back and forth"
+    assert (
+        categorize(["take chicken leg from fridge"] + ["prepare meal"] * 7, None)
+        == "no fatal step: looped on one action"
+    )
