@@ -134,8 +134,9 @@ def categorize(actions: list[str], fatal: int | None) -> str:
         verb = actions[fatal].split()[0]
         return VERB_CATEGORIES.get(verb, f"fatal '{verb}'")
     recent = actions[-8:]
-    # The same action three times at the end (the heuristic's loop signal); a cycle ("take x /
-    # put x") repeats each of its actions too, but is the next category.
+    # The same action three times at the end (the heuristic's loop signal also wants the same
+    # reply each time); a cycle ("take x / put x") repeats each of its actions too, but is the
+    # next category.
     if len(recent) >= 3 and len(set(recent[-3:])) == 1:
         return "no fatal step: looped on one action"
     if len(recent) >= 4 and len(set(recent)) <= len(recent) // 2:
