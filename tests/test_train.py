@@ -114,9 +114,10 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def parse(stage: str, argv: list[str]):
-    from train import common, dpo, sft
+    from train import dpo, sft
+    from train.args import parse_train_args
 
-    return common.parse_train_args((sft if stage == "sft" else dpo).make_parser(), argv)
+    return parse_train_args((sft if stage == "sft" else dpo).make_parser(), argv)
 
 
 # --- SFT --------------------------------------------------------------------------------------
@@ -176,8 +177,8 @@ def test_sft_writes_adapter_with_card(sft_run) -> None:
 def test_sft_trains_lora_only_and_changes_outputs(sft_run) -> None:
     from transformers import AutoModelForCausalLM
 
-    from rir_runtime.llm import TransformersBackend
-    from rir_runtime.tuned import load_tuned_backend
+    from rir_runtime.llm import load_transformers_backend
+    from rir_runtime.llm.tuned import load_tuned_backend
 
     out, trainer = sft_run
     card = json.loads((out / "rir_controller.json").read_text())
@@ -195,7 +196,7 @@ def test_sft_trains_lora_only_and_changes_outputs(sft_run) -> None:
     messages = _prompt("review", 0)
     answer = ANSWERS["review"][1]
     tuned = load_tuned_backend(str(out), device="cpu")
-    plain = TransformersBackend("tiny-random-llama")
+    plain = load_transformers_backend("tiny-random-llama")
     assert tuned.score(messages, [answer])[0] > plain.score(messages, [answer])[0] + 1.0
     merged = load_tuned_backend(str(out), merge=True, device="cpu")
     assert merged.score(messages, [answer])[0] == pytest.approx(tuned.score(messages, [answer])[0], abs=1e-2)
@@ -205,7 +206,8 @@ def test_sft_trains_lora_only_and_changes_outputs(sft_run) -> None:
 def test_sft_resumes_from_last_checkpoint(sft_run, tmp_path: Path) -> None:
     from transformers import TrainerCallback
 
-    from train import common, sft
+    from train import sft
+    from train.crashes import last_checkpoint
 
     src, _ = sft_run
     out = tmp_path / "adapter"
@@ -235,7 +237,7 @@ def test_sft_resumes_from_last_checkpoint(sft_run, tmp_path: Path) -> None:
             steps.append(state.global_step)
 
     trainer.add_callback(Count())
-    ckpt = common.last_checkpoint(args[1])
+    ckpt = last_checkpoint(args[1])
     assert ckpt is not None and ckpt.endswith("checkpoint-1")
     trainer.train(resume_from_checkpoint=ckpt)
     assert steps == [2, 3] and trainer.state.global_step == 3
@@ -247,7 +249,7 @@ def _data_of(adapter: Path) -> str:
 
 # --- DPO --------------------------------------------------------------------------------------
 def test_dpo_continues_the_sft_adapter(sft_run, data: Path, tmp_path: Path) -> None:
-    from rir_runtime.tuned import load_tuned_backend
+    from rir_runtime.llm.tuned import load_tuned_backend
     from train import dpo
 
     sft_out, _ = sft_run
@@ -367,22 +369,24 @@ def test_unknown_config_key_is_named_with_a_suggestion(tmp_path: Path) -> None:
     ],
 )
 def test_broken_dataset_is_a_clear_error(drop, match, tmp_path: Path) -> None:
-    from train import common
+    from train.args import TrainScriptArguments
+    from train.data import load_datasets
 
     root = write_data(tmp_path, n_train=2, n_val=1, drop=drop)
-    script = common.TrainScriptArguments(data=str(root))
+    script = TrainScriptArguments(data=str(root))
     with pytest.raises(UserInputError, match=match) as err:
-        common.load_datasets(script, "sft", need_eval=True)
+        load_datasets(script, "sft", need_eval=True)
     assert str(root) in str(err.value)
 
 
 def test_wrong_dataset_kind_and_missing_folder(data: Path, tmp_path: Path) -> None:
-    from train import common
+    from train.args import TrainScriptArguments
+    from train.data import load_datasets
 
     with pytest.raises(UserInputError, match="preference dataset.*rir train dpo"):
-        common.load_datasets(common.TrainScriptArguments(data=str(data / "review_pref")), "sft", True)
+        load_datasets(TrainScriptArguments(data=str(data / "review_pref")), "sft", True)
     with pytest.raises(UserInputError, match="no dataset folder"):
-        common.load_datasets(common.TrainScriptArguments(data=str(tmp_path)), "sft", True)
+        load_datasets(TrainScriptArguments(data=str(tmp_path)), "sft", True)
 
 
 def test_lora_target_typo_lists_the_linear_layers(data: Path, tmp_path: Path) -> None:
@@ -408,7 +412,7 @@ def test_lora_target_typo_lists_the_linear_layers(data: Path, tmp_path: Path) ->
 
 
 def test_adapter_card_checks(sft_run, tmp_path: Path) -> None:
-    from rir_runtime.tuned import read_card
+    from rir_runtime.llm.tuned import read_card
 
     src, _ = sft_run
     bad = tmp_path / "adapter"
@@ -428,7 +432,7 @@ def test_adapter_card_checks(sft_run, tmp_path: Path) -> None:
 def test_out_of_memory_says_what_to_reduce() -> None:
     from types import SimpleNamespace
 
-    from train.common import TrainingResourceError, oom_advice
+    from train.crashes import TrainingResourceError, oom_advice
 
     args = SimpleNamespace(
         per_device_train_batch_size=8, gradient_accumulation_steps=2, max_length=2048, gradient_checkpointing=False

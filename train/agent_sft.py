@@ -38,7 +38,7 @@ def split_agent_args(argv: list[str]) -> tuple[str, bool, list[str]]:
 
 
 def main(argv: list[str]) -> int:
-    from train.common import parse_train_args
+    from train.args import parse_train_args
     from train.sft import main as sft_main
     from train.sft import make_parser
 

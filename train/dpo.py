@@ -28,7 +28,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from train.common import TrainScriptArguments
+from train.args import TrainScriptArguments
 
 
 @dataclass
@@ -43,18 +43,19 @@ class DPOScriptArguments(TrainScriptArguments):
 
 def main(script_args: DPOScriptArguments, training_args, model_args):
     """Train and save the adapter into output_dir; returns the trainer (state, logs, model)."""
-    from train import common
+    from train.card import write_card, write_resolved_config
+    from train.crashes import last_checkpoint, oom_advice
 
     trainer, card = build_trainer(script_args, training_args, model_args)
-    with common.oom_advice(training_args):
-        trainer.train(resume_from_checkpoint=common.last_checkpoint(training_args))
+    with oom_advice(training_args):
+        trainer.train(resume_from_checkpoint=last_checkpoint(training_args))
 
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:
         # PEFT saves every adapter; the frozen reference copy is not part of the result.
         shutil.rmtree(Path(training_args.output_dir) / "ref", ignore_errors=True)
-        common.write_card(training_args.output_dir, **card)
-        common.write_resolved_config(training_args.output_dir, script_args, training_args, model_args)
+        write_card(training_args.output_dir, **card)
+        write_resolved_config(training_args.output_dir, script_args, training_args, model_args)
     trainer.accelerator.print(f"adapter saved to {training_args.output_dir}")
     trainer.end()  # finish trackers, destroy the process group
     return trainer
@@ -65,29 +66,30 @@ def build_trainer(script_args: DPOScriptArguments, training_args, model_args):
     from peft import PeftModel
     from trl import DPOTrainer, get_peft_config
 
-    from rir_runtime.tuned import read_card
-    from train import common
+    from rir_runtime.llm.tuned import read_card
+    from train.data import drop_overlong, load_datasets
+    from train.models import check_lora_targets, load_base_model, load_tokenizer, resolve_base
 
     sft_card = read_card(script_args.sft_adapter) if script_args.sft_adapter else None
     if sft_card and not script_args.model and not model_args.model_name_or_path:
         script_args.model = sft_card["base_model"]
-    base_name, base_path = common.resolve_base(script_args, model_args)
+    base_name, base_path = resolve_base(script_args, model_args)
     if sft_card:
         check_same_base(sft_card, script_args.sft_adapter, base_name, base_path)
-    tokenizer = common.load_tokenizer(script_args.sft_adapter or base_path)
+    tokenizer = load_tokenizer(script_args.sft_adapter or base_path)
     need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
-    train_ds, eval_ds, fingerprints, types = common.load_datasets(script_args, "pref", need_eval, training_args.seed)
-    train_ds = common.drop_overlong(train_ds, tokenizer, training_args.max_length, "train")
-    eval_ds = common.drop_overlong(eval_ds, tokenizer, training_args.max_length, "eval")
+    train_ds, eval_ds, fingerprints, types = load_datasets(script_args, "pref", need_eval, training_args.seed)
+    train_ds = drop_overlong(train_ds, tokenizer, training_args.max_length, "train")
+    eval_ds = drop_overlong(eval_ds, tokenizer, training_args.max_length, "eval")
 
-    model = common.load_base_model(base_path, model_args, training_args)
+    model = load_base_model(base_path, model_args, training_args)
     if sft_card:
         model = PeftModel.from_pretrained(model, script_args.sft_adapter, is_trainable=True)
         peft_config = None  # TRL copies the loaded adapter into a frozen "ref" adapter: the reference
     else:
         model_args.use_peft = True
         peft_config = get_peft_config(model_args)
-        common.check_lora_targets(model, peft_config, base_name)
+        check_lora_targets(model, peft_config, base_name)
 
     trainer = DPOTrainer(
         model=model,
@@ -110,7 +112,7 @@ def build_trainer(script_args: DPOScriptArguments, training_args, model_args):
 
 def check_same_base(card: dict, adapter: str, base_name: str, base_path: str) -> None:
     """The SFT adapter must sit on the base model we load (else the LoRA shapes or meaning differ)."""
-    from rir_runtime.tuned import base_model_location
+    from rir_runtime.llm.tuned import base_model_location
 
     if card["base_model"] == base_name or Path(base_model_location(card)).resolve() == Path(base_path).resolve():
         return
@@ -135,6 +137,6 @@ def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str 
 if __name__ == "__main__":
     import sys
 
-    from train.common import run_script
+    from train.args import run_script
 
     sys.exit(run_script(main, make_parser(prog="python -m train.dpo")))

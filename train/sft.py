@@ -17,28 +17,29 @@ accelerate launch --config_file configs/accelerate/multi_gpu.yaml --num_processe
 All decision types (review, locate, reflect) are mixed into one dataset: the prompt names the
 decision ("Decision: review"), so one adapter serves all three. The loss covers the completion
 only (prompt-completion data). A rerun into the same output_dir resumes from its last checkpoint.
-The adapter folder gets the tokenizer and `rir_controller.json` (checked by `rir_runtime.tuned`).
+The adapter folder gets the tokenizer and `rir_controller.json` (checked by `rir_runtime.llm.tuned`).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from train.common import TrainScriptArguments
+from train.args import TrainScriptArguments
 
 
 def main(script_args: TrainScriptArguments, training_args, model_args):
     """Train and save the adapter into output_dir; returns the trainer (state, logs, model)."""
-    from train import common
+    from train.card import write_card, write_resolved_config
+    from train.crashes import last_checkpoint, oom_advice
 
     trainer, card = build_trainer(script_args, training_args, model_args)
-    with common.oom_advice(training_args):
-        trainer.train(resume_from_checkpoint=common.last_checkpoint(training_args))
+    with oom_advice(training_args):
+        trainer.train(resume_from_checkpoint=last_checkpoint(training_args))
 
     trainer.save_model(training_args.output_dir)  # adapter + tokenizer
     if trainer.accelerator.is_main_process:
-        common.write_card(training_args.output_dir, **card)
-        common.write_resolved_config(training_args.output_dir, script_args, training_args, model_args)
+        write_card(training_args.output_dir, **card)
+        write_resolved_config(training_args.output_dir, script_args, training_args, model_args)
     trainer.accelerator.print(f"adapter saved to {training_args.output_dir}")
     trainer.end()  # finish trackers, destroy the process group
     return trainer
@@ -48,19 +49,20 @@ def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
     """(SFTTrainer with a fresh LoRA adapter, the adapter card's fields)."""
     from trl import SFTTrainer, get_peft_config
 
-    from train import common
+    from train.data import drop_overlong, load_datasets
+    from train.models import check_lora_targets, load_base_model, load_tokenizer, resolve_base
 
-    base_name, base_path = common.resolve_base(script_args, model_args)
-    tokenizer = common.load_tokenizer(base_path)
+    base_name, base_path = resolve_base(script_args, model_args)
+    tokenizer = load_tokenizer(base_path)
     need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
-    train_ds, eval_ds, fingerprints, types = common.load_datasets(script_args, "sft", need_eval, training_args.seed)
-    train_ds = common.drop_overlong(train_ds, tokenizer, training_args.max_length, "train")
-    eval_ds = common.drop_overlong(eval_ds, tokenizer, training_args.max_length, "eval")
+    train_ds, eval_ds, fingerprints, types = load_datasets(script_args, "sft", need_eval, training_args.seed)
+    train_ds = drop_overlong(train_ds, tokenizer, training_args.max_length, "train")
+    eval_ds = drop_overlong(eval_ds, tokenizer, training_args.max_length, "eval")
 
     model_args.use_peft = True  # we always train a LoRA adapter; LoRA settings come from ModelConfig
     peft_config = get_peft_config(model_args)
-    model = common.load_base_model(base_path, model_args, training_args)
-    common.check_lora_targets(model, peft_config, base_name)
+    model = load_base_model(base_path, model_args, training_args)
+    check_lora_targets(model, peft_config, base_name)
 
     trainer = SFTTrainer(
         model=model,
@@ -88,6 +90,6 @@ def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str 
 if __name__ == "__main__":
     import sys
 
-    from train.common import run_script
+    from train.args import run_script
 
     sys.exit(run_script(main, make_parser(prog="python -m train.sft")))

@@ -1,0 +1,169 @@
+"""The training datasets: the `rir build-data` folders chosen by `data` and `decision_types`, loaded,
+checked (clear errors for a missing folder, split or column, or the wrong kind), mixed, shuffled and
+capped, and rows whose prompt alone fills max_length dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rir_runtime.errors import UserInputError
+from train.args import AGENT, DECISION_TYPES, TrainScriptArguments
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = {"sft": ("prompt", "completion"), "pref": ("prompt", "chosen", "rejected")}
+
+
+def _load_dict(folder: Path) -> Any:
+    from datasets import Dataset, DatasetDict, load_from_disk
+
+    try:
+        # In memory: TRL's .map() caches would otherwise be written into the data folder.
+        dd = load_from_disk(str(folder), keep_in_memory=True)
+    except (FileNotFoundError, ValueError) as err:
+        reason = str(err).splitlines()[0]
+        raise UserInputError(f"{folder} is not a dataset saved by `rir build-data` ({reason})") from None
+    if isinstance(dd, Dataset):
+        raise UserInputError(
+            f"{folder} holds one Dataset without splits; it needs a DatasetDict with 'train' and "
+            "'validation' splits: rebuild it with `rir build-data`"
+        )
+    assert isinstance(dd, DatasetDict)
+    return dd
+
+
+def _check_rows(name: str, folder: Path, ds: Any, kind: str) -> None:
+    """Column and message-format checks on the first row (the builder writes all rows alike)."""
+    have = set(ds.column_names)
+    missing = [c for c in COLUMNS[kind] if c not in have]
+    if missing:
+        other = "pref" if kind == "sft" else "sft"
+        if all(c in have for c in COLUMNS[other]):
+            cmd = "dpo" if other == "pref" else "sft"
+            raise UserInputError(
+                f"{folder} is a {'preference' if other == 'pref' else 'SFT'} dataset (columns "
+                f"{sorted(have)}); train it with `rir train {cmd}`, or pass the *_{kind} folder"
+            )
+        raise UserInputError(
+            f"dataset {folder} lacks column(s) {missing} (it has {sorted(have)}); "
+            f"{kind} training needs {list(COLUMNS[kind])} in TRL's conversational format: "
+            "rebuild it with `rir build-data`"
+        )
+    if len(ds) == 0:
+        return
+    row = ds[0]
+    prompt = row["prompt"]
+    if not (isinstance(prompt, list) and prompt and all(isinstance(m, dict) and "role" in m for m in prompt)):
+        raise UserInputError(
+            f"dataset {folder}: 'prompt' must be a list of chat messages ({{role, content}}); "
+            "rebuild it with `rir build-data`"
+        )
+    for col in COLUMNS[kind][1:]:
+        msgs = row[col]
+        if not (isinstance(msgs, list) and len(msgs) == 1 and msgs[0].get("role") == "assistant"):
+            raise UserInputError(
+                f"dataset {folder}: '{col}' must be a list with one assistant message; rebuild it with `rir build-data`"
+            )
+
+
+def dataset_folders(data: str, kind: str, decision_types: Sequence[str]) -> dict[str, Path]:
+    """{dataset name: folder}. `data` is the build-data output folder, or one dataset folder."""
+    root = Path(data).expanduser()
+    if not root.is_dir():
+        raise UserInputError(
+            f"--data {root} is not a folder: pass the --out folder of `rir build-data` "
+            f"(holding {', '.join(f'{t}_{kind}' for t in DECISION_TYPES)}) or one of those folders"
+        )
+    if (root / "dataset_dict.json").is_file():
+        return {root.name: root}
+    folders = {f"{t}_{kind}": root / f"{t}_{kind}" for t in decision_types}
+    missing = [n for n, f in folders.items() if not f.is_dir()]
+    if missing:
+        present = sorted(p.name for p in root.iterdir() if (p / "dataset_dict.json").is_file())
+        raise UserInputError(
+            f"{root} has no dataset folder(s) {missing} (it has: {', '.join(present) or 'none'}); "
+            "run `rir build-data --out` into it, or choose decision_types among those present"
+        )
+    return folders
+
+
+def decision_types_of(names: Sequence[str]) -> list[str]:
+    found = [t for t in (*DECISION_TYPES, AGENT) if any(n.startswith(f"{t}_") for n in names)]
+    return found or ["unknown"]
+
+
+def load_datasets(
+    script_args: TrainScriptArguments, kind: str, need_eval: bool, seed: int = 42
+) -> tuple[Any, Any | None, dict[str, str], list[str]]:
+    """(train, eval or None, {"<name>/<split>": fingerprint}, decision types): the chosen dataset
+    folders mixed into one train and one eval set, shuffled, extra columns (meta) dropped."""
+    from datasets import concatenate_datasets
+
+    folders = dataset_folders(script_args.data, kind, script_args.decision_types)
+    splits = [script_args.train_split] + ([script_args.eval_split] if need_eval else [])
+    parts: dict[str, list[Any]] = {s: [] for s in splits}
+    fingerprints: dict[str, str] = {}
+    for name, folder in folders.items():
+        dd = _load_dict(folder)
+        for split in splits:
+            if split not in dd:
+                fix = ' or set eval_strategy: "no"' if split == script_args.eval_split else ""
+                raise UserInputError(
+                    f"dataset {folder} has no '{split}' split (it has: {', '.join(dd) or 'none'}); "
+                    f"rebuild it with `rir build-data`{fix}"
+                )
+            ds = dd[split]
+            _check_rows(name, folder, ds, kind)
+            fingerprints[f"{name}/{split}"] = ds._fingerprint
+            parts[split].append(ds.select_columns(list(COLUMNS[kind])))
+    out = []
+    for split, cap in (
+        (script_args.train_split, script_args.max_train_samples),
+        (script_args.eval_split, script_args.max_eval_samples),
+    ):
+        if split not in parts:
+            out.append(None)
+            continue
+        ds = concatenate_datasets(parts[split]).shuffle(seed=seed, keep_in_memory=True)
+        if cap is not None:
+            ds = ds.select(range(min(cap, len(ds))), keep_in_memory=True)
+        if len(ds) == 0:
+            raise UserInputError(
+                f"the '{split}' split of {', '.join(map(str, folders.values()))} is empty: "
+                "generate more rollouts or use other decision_types"
+            )
+        out.append(ds.flatten_indices(keep_in_memory=True))
+    return out[0], out[1], fingerprints, decision_types_of(list(folders))
+
+
+def drop_overlong(ds: Any, tokenizer: Any, max_length: int | None, what: str) -> Any:
+    """Drop rows whose prompt alone fills max_length: truncation would leave no completion tokens to
+    learn from (and a batch of them gives a NaN loss). Says how many were dropped."""
+    if ds is None or not max_length:
+        return ds
+    keep = [
+        i
+        for i, p in enumerate(ds["prompt"])
+        if len(_ids(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True))) < max_length - 8
+    ]
+    if len(keep) < len(ds):
+        logger.warning(
+            "%s: dropped %d of %d rows whose prompt is >= max_length=%d tokens; raise max_length or "
+            "rebuild the data with a smaller --max-prompt-tokens",
+            what,
+            len(ds) - len(keep),
+            len(ds),
+            max_length,
+        )
+        if not keep:
+            raise UserInputError(f"every {what} prompt is longer than max_length={max_length} tokens: raise max_length")
+        ds = ds.select(keep, keep_in_memory=True).flatten_indices(keep_in_memory=True)
+    return ds
+
+
+def _ids(encoded: Any) -> list[int]:
+    return encoded["input_ids"] if hasattr(encoded, "keys") else encoded

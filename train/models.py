@@ -1,0 +1,84 @@
+"""The base model of a training run: its name resolved through the registry, the model and tokenizer
+loaded, and the configured LoRA targets checked against it (a wrong name gets the list of the model's
+linear layers, which is what `lora_target_modules` can name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from rir_runtime.errors import UserInputError
+from train.args import TrainScriptArguments
+
+
+def resolve_base(script_args: TrainScriptArguments, model_args: Any) -> tuple[str, str]:
+    """(name as given, local path or hub id) of the base model; the registry prepares packaged models."""
+    from rir_runtime.llm.registry import local_path
+
+    name = script_args.model or model_args.model_name_or_path
+    if not name:
+        raise UserInputError(
+            "no base model: pass --model (a registry name such as smollm2-135m-instruct, "
+            "a local folder or a hub id) or set `model:` in the config"
+        )
+    model_args.model_name_or_path = str(local_path(name))
+    return name, model_args.model_name_or_path
+
+
+def load_base_model(path: str, model_args: Any, training_args: Any) -> Any:
+    """The base causal LM, loaded the way TRL loads one from a name (dtype, attention kernel)."""
+    from trl.trainer.utils import create_model_from_path
+
+    kwargs: dict[str, Any] = dict(
+        revision=model_args.model_revision,
+        trust_remote_code=training_args.trust_remote_code,
+        attn_implementation=model_args.attn_implementation,
+        dtype=model_args.dtype or "auto",
+        device_map=None,
+    )  # the Trainer (or accelerate under DDP/FSDP) places it
+    kwargs.update(training_args.model_init_kwargs or {})
+    try:
+        return create_model_from_path(path, **kwargs)
+    except OSError as err:
+        raise UserInputError(f"cannot load base model {path}: {str(err).splitlines()[0]}") from None
+
+
+def load_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if not tokenizer.chat_template:
+        raise UserInputError(
+            f"the tokenizer of {path} has no chat template; controller prompts are chat messages. "
+            "Use an instruct model, or a registry model (which gets a default template)"
+        )
+    return tokenizer
+
+
+def linear_module_names(model: Any) -> list[str]:
+    """Leaf names of the model's linear layers (what `lora_target_modules` can name)."""
+    import torch
+
+    kinds: tuple[type, ...] = (torch.nn.Linear,)
+    with contextlib.suppress(ImportError):
+        from transformers.pytorch_utils import Conv1D
+
+        kinds += (Conv1D,)
+    return sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, kinds) and n})
+
+
+def check_lora_targets(model: Any, peft_config: Any, model_name: str) -> None:
+    """Every named target must be a module of the model; else list the linear layers it does have."""
+    targets = getattr(peft_config, "target_modules", None)
+    if targets is None or isinstance(targets, str):  # PEFT defaults, 'all-linear', or a regex
+        return
+    names = [n for n, _ in model.named_modules()]
+    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    if missing:
+        raise UserInputError(
+            f"lora_target_modules {sorted(missing)} are not modules of {model_name}. Its linear layers are: "
+            f"{', '.join(linear_module_names(model))}. Fix lora_target_modules (or use all-linear)."
+        )
