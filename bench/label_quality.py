@@ -43,8 +43,8 @@ def main() -> None:
     args = parser.parse_args()
     episodes = load_runs(args.rollouts.split(","))
     by_env = defaultdict(list)
-    for e in episodes:
-        by_env[e["env"]].append(e)
+    for record, source in episodes:
+        by_env[record.env].append((record, source))
     print(
         "| benchmark | labels | restore = step before first fatal error | review precision | review recall "
         "| env steps/label, bisection | env steps/label, linear |"
@@ -54,7 +54,7 @@ def main() -> None:
         env = make_env(env_name)
         restore_hits = restore_n = tp = fp = fn = 0
         cost_bisect, cost_linear = [], []
-        points = [p for e in eps for p in decision_points(e)][: args.max_points]
+        points = [p for record, source in eps for p in decision_points(record, source)][: args.max_points]
         for point in points:
             fast, slow = label_point(env, point, bisect=True), label_point(env, point, bisect=False)
             cost_bisect.append(fast.env_steps)

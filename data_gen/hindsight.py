@@ -1,9 +1,10 @@
 """Hindsight labels by branch re-execution.
 
 Every review the controller made during a rollout is a decision point: the branch at that
-moment is rebuilt from the episode's events, each of its checkpoints is restored and continued
-with the expert plan to estimate `V(C_i)` (TextWorld `policy_commands`, ScienceWorld's remaining
-gold path while the branch still follows it, the workshop's planner), and labels follow:
+moment is rebuilt from the episode's trace (`rir_runtime.trace.replay`), each of its checkpoints
+is restored and continued with the expert plan to estimate `V(C_i)` (TextWorld `policy_commands`,
+ScienceWorld's remaining gold path while the branch still follows it, the workshop's planner), and
+labels follow:
 
 - review: `recover` when the best admissible `V(C_r)` is clearly above `V(C_t)`;
 - restore point: the latest admissible checkpoint with maximal `V`, and its coarse segment;
@@ -16,7 +17,7 @@ bisection (O(log n) probes); `bisect=False` scans linearly, for reference and fo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rir_runtime.controllers import reflection_for
@@ -24,32 +25,58 @@ from rir_runtime.decisions import Reflection
 from rir_runtime.envs import Env, Snapshot, TaskSpec
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import RestoreError
-from rir_runtime.memory import ReflectionMemory
+from rir_runtime.memory import MemorySnapshot, ReflectionMemory
 from rir_runtime.policies import AgentContext, NoisyExpertPolicy
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.recovery import segments
+from rir_runtime.trace import EpisodeRecord, ReviewPoint, replay
 from rir_runtime.values import ValueProbe, latest_best_bisect, latest_best_linear
 
 RECOVER_MARGIN = 0.5  # "well below": V must rise by at least this much to justify a recovery
 
 
-@dataclass
+@dataclass(frozen=True)
 class DecisionPoint:
-    """One review of a recorded episode, with the branch as it was then."""
+    """One review of a recorded episode, with the branch as the controller saw it (`replay`)."""
 
-    episode: dict[str, Any]
-    history: tuple[Step, ...]
-    observation: str
-    trigger: str
-    decision: str
-    memory: dict[str, Any] | None
-    chosen_step: int | None = None
-    reflection: dict[str, Any] | None = None
+    record: EpisodeRecord
+    objective: str
+    review: ReviewPoint
+    source_run: str = ""  # the rollout folder the episode came from
+
+    @property
+    def id(self) -> str:
+        return f"{self.record.episode_id}#review{self.review.index}"
 
     @property
     def task(self) -> TaskSpec:
-        e = self.episode
-        return TaskSpec(e["env"], e["task"], e["split"], int(e["variation"]))
+        return self.record.task_spec
+
+    @property
+    def history(self) -> tuple[Step, ...]:
+        return self.review.steps
+
+    @property
+    def observation(self) -> str:
+        return self.review.observation
+
+    @property
+    def trigger(self) -> str:
+        return self.review.review.trigger
+
+    @property
+    def memory(self) -> MemorySnapshot:
+        return self.review.memory
+
+    @property
+    def chosen_step(self) -> int | None:
+        """The restore point the controller chose, if it recovered."""
+        return self.review.locate.step if self.review.locate else None
+
+    @property
+    def reflection(self) -> Reflection | None:
+        """The reflection the controller wrote, if it recovered with memory."""
+        return self.review.reflect.reflection if self.review.reflect else None
 
 
 @dataclass
@@ -67,44 +94,10 @@ class Label:
     restore_snapshot: Snapshot | None = None  # kept so reflection retries need not re-execute the branch
 
 
-def decision_points(episode: dict[str, Any]) -> list[DecisionPoint]:
-    """Rebuild the branch at every review from the event trace (steps append, restores truncate)."""
-    steps: list[Step] = []
-    observation, memory = "", None
-    points: list[DecisionPoint] = []
-    for e in episode.get("events", []):
-        kind = e["type"]
-        if kind == "reset":
-            observation = e["observation"]
-        elif kind == "step":
-            steps.append(
-                Step(
-                    len(steps),
-                    e["action"],
-                    e["observation"],
-                    e["score"],
-                    e["won"],
-                    e["lost"],
-                    e.get("injected_error", False),
-                )
-            )
-            observation = e["observation"]
-        elif kind == "review":
-            points.append(DecisionPoint(episode, tuple(steps), observation, e["trigger"], e["decision"], memory))
-        elif kind == "locate" and points and "step" in e:
-            points[-1].chosen_step = e["step"]
-        elif kind == "reflect":
-            if points:
-                points[-1].reflection = e["reflection"]
-            memory = e["memory"]
-        elif kind == "restore" and e["k"] > 0:
-            del steps[e["to"] :]
-            observation = (
-                steps[-1].observation
-                if steps
-                else next((x["observation"] for x in episode["events"] if x["type"] == "reset"), "")
-            )
-    return points
+def decision_points(record: EpisodeRecord, source_run: str = "") -> list[DecisionPoint]:
+    """Every review of an episode with the branch as it stood (`rir_runtime.trace.replay`)."""
+    trace = replay(record)
+    return [DecisionPoint(record, trace.objective, point, source_run) for point in trace.reviews]
 
 
 def branch_snapshots(env: Env, task: TaskSpec, history: tuple[Step, ...]) -> tuple[list[Snapshot], int]:
@@ -156,6 +149,12 @@ def label_point(env: Env, point: DecisionPoint, bisect: bool = True, max_steps: 
 
 
 # --- reflection preference ----------------------------------------------------------------------------
+def retry_seeds(label: Label, retries: int) -> list[int]:
+    """The first retry replays the episode's own seed, so the expert meets the very mistake it made
+    (it recurs unless the reflection prevents it); further retries draw fresh error points."""
+    return [label.point.record.seed] + [1000 + k for k in range(1, retries)]
+
+
 def retry_success(
     env: Env, label: Label, reflection: Reflection, retries: int, error_rate: float, max_steps: int = 60
 ) -> float:
@@ -164,11 +163,11 @@ def retry_success(
     assert r is not None and start is not None
     history = point.history[:r]
     wins = 0
-    for k in range(retries):
+    for seed in retry_seeds(label, retries):
         memory = ReflectionMemory.from_snapshot(point.memory)
         memory.add(reflection)
         env.restore(start)
-        policy = NoisyExpertPolicy(env, error_rate, seed=1000 + k)
+        policy = NoisyExpertPolicy(env, error_rate, seed=seed)
         h, obs = history, start.observation
         for _ in range(max_steps):
             act = policy.act(AgentContext(point.task.key, "", memory, h, obs, env.admissible_actions))
@@ -184,23 +183,28 @@ def retry_success(
 
 
 def reflection_candidates(label: Label) -> list[Reflection]:
-    """The controller's own reflection (if any), the hindsight one, and none."""
+    """The controller's own reflection (if any), the hindsight one, the hindsight one blaming another
+    action of the abandoned branch (as informative, wrong about the cause), and none (a baseline)."""
     ctx = context_for(label.point, restore_point=label.restore)
-    out = [reflection_for(ctx, label.restore or 0), Reflection()]
-    if label.point.reflection:
-        import json
-
-        from rir_runtime.decisions import parse
-
-        own = parse("reflect", json.dumps(label.point.reflection))
-        if own not in out:
-            out.insert(0, own)
-    return out
+    r = label.restore or 0
+    hindsight = reflection_for(ctx, r)
+    out = [hindsight]
+    if hindsight.failure is not None:
+        culprit = hindsight.failure.action
+        others = [s.action for s in ctx.history[r + 1 :] + ctx.history[:r][::-1] if s.action != culprit]
+        if others:
+            wrong = others[0]  # the next step after the culprit, else the one before it
+            lesson = f"in that situation do not '{wrong}'; choose a different action"
+            out.append(replace(hindsight, failure=replace(hindsight.failure, action=wrong, lesson=lesson)))
+    own = label.point.reflection
+    if own is not None and own not in out:
+        out.insert(0, own)
+    return [*out, Reflection()]
 
 
 def context_for(point: DecisionPoint, trigger: str | None = None, **extra: Any) -> DecisionContext:
     """The same `DecisionContext` the loop builds at inference, rebuilt from the trace."""
-    objective = next((e["objective"] for e in point.episode["events"] if e["type"] == "reset"), "")
+    objective = point.objective
     memory = ReflectionMemory.from_snapshot(point.memory, objective)
     h = point.history
     terminal = bool(h) and (h[-1].won or h[-1].lost)

@@ -17,12 +17,10 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from rir_runtime.errors import UserInputError
 from rir_runtime.jobs import EpisodeJob, SelectionConfig, check_nonempty, expand_jobs, run_jobs
-
-SCHEMA_VERSION = 1
+from rir_runtime.trace import TRACE_SCHEMA_VERSION, EpisodeRecord
 
 
 @dataclass
@@ -88,9 +86,10 @@ def write_run_json(out: Path, cfg: RolloutConfig) -> None:
     config = {k: v for k, v in asdict(cfg).items() if k not in ("shard", "workers", "concurrency", "out")}
     if path.exists():
         old = json.loads(path.read_text())
-        if old.get("schema") != SCHEMA_VERSION:
+        if old.get("schema") != TRACE_SCHEMA_VERSION:
             raise UserInputError(
-                f"{path} has schema {old.get('schema')}, this version writes {SCHEMA_VERSION}: use a new --out folder"
+                f"{path} has trace schema {old.get('schema')}, this version writes {TRACE_SCHEMA_VERSION}: "
+                f"convert it with `rir trace upgrade {out}`, or use a new --out folder"
             )
         if old.get("config") != config:
             changed = sorted(k for k in config if old.get("config", {}).get(k) != config[k])
@@ -100,17 +99,17 @@ def write_run_json(out: Path, cfg: RolloutConfig) -> None:
             )
         return
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"schema": SCHEMA_VERSION, "config": config, "versions": versions(), "seed": cfg.seeds}
+    payload = {"schema": TRACE_SCHEMA_VERSION, "config": config, "versions": versions(), "seed": cfg.seeds}
     path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
-def rollout(cfg: RolloutConfig) -> list[dict[str, Any]]:
+def rollout(cfg: RolloutConfig) -> list[EpisodeRecord]:
     out = Path(cfg.out)
     jobs = rollout_jobs(cfg)
     check_nonempty(jobs)
     mine = shard_jobs(jobs, cfg.shard_index, cfg.shard_count)
     write_run_json(out, cfg)
     records = run_jobs(mine, out / f"episodes-{cfg.shard_index}.jsonl", cfg.workers, cfg.concurrency, desc="rollout")
-    wins = sum(r["success"] for r in records)
+    wins = sum(r.success for r in records)
     print(f"{len(records)} episodes in {out} (shard {cfg.shard}); success {wins}/{len(records)}", file=sys.stderr)
     return records

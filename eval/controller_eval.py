@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rir_runtime.controllers import make_controller
-from rir_runtime.decisions import parse
+from rir_runtime.decisions import Decision, DecisionKind, parse
 from rir_runtime.errors import ParseError, UserInputError
 from rir_runtime.jobs import _backend, check_controller_name
 from rir_runtime.prompts import DecisionContext
@@ -68,10 +69,17 @@ def score_controller(spec: str, data: Path, split: str, max_rows: int) -> dict[s
     m: dict[str, Any] = {"controller": spec}
     latency: list[float] = []
 
-    def decide(call: str, row: dict[str, Any]) -> Any:
+    calls: dict[DecisionKind, Callable[[DecisionContext], Decision]] = {
+        "review": controller.review,
+        "locate_coarse": controller.locate_coarse,
+        "locate_fine": controller.locate_fine,
+        "reflect": controller.reflect,
+    }
+
+    def decide(kind: DecisionKind, row: dict[str, Any]) -> Decision:
         ctx = DecisionContext.from_json(row["meta"]["context"])
         start = time.perf_counter()
-        decision = getattr(controller, call)(ctx)
+        decision = calls[kind](ctx)
         latency.append(time.perf_counter() - start)
         return decision
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from eval.report import write_report
 from rir_runtime.jobs import EpisodeJob, SelectionConfig, check_nonempty, expand_jobs, run_job, run_jobs
+from rir_runtime.trace import EpisodeRecord
 from rir_runtime.transcript import render_transcript
 
 
@@ -35,7 +36,7 @@ class EvalConfig(SelectionConfig):
                 raise ValueError("budget_sweep budgets must be >= 0")
 
 
-def run_one(cfg: SelectionConfig) -> dict[str, Any]:
+def run_one(cfg: SelectionConfig) -> EpisodeRecord:
     """Run the first episode of the selection and print its transcript."""
     jobs = expand_jobs(replace(cfg, seeds=cfg.seeds[:1], methods=cfg.methods[:1], controller=cfg.controller[:1]))
     check_nonempty(jobs)
@@ -44,7 +45,7 @@ def run_one(cfg: SelectionConfig) -> dict[str, Any]:
     if cfg.out:
         out = Path(cfg.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "episode.json").write_text(json.dumps(record, indent=1) + "\n")
+        (out / "episode.json").write_text(json.dumps(record.to_json(), indent=1) + "\n")
         (out / "transcript.txt").write_text(render_transcript(record) + "\n")
     return record
 
@@ -70,12 +71,12 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     check_nonempty(jobs)
     wanted = {j.episode_id for j in jobs}
     records = run_jobs(jobs, out / "episodes.jsonl", cfg.workers, cfg.concurrency, desc="eval")
-    records = [r for r in records if r["episode_id"] in wanted]
+    records = [r for r in records if r.episode_id in wanted]
     from eval.plots import write_plots  # matplotlib is slow to import: only when plotting
 
     write_plots(records, out, sweep=bool(cfg.budget_sweep))
     reference = max(cfg.budget_sweep) if cfg.budget_sweep else cfg.budget_agent  # the table is at one budget
-    at_budget = [r for r in records if r.get("budget_agent", reference) == reference]
+    at_budget = [r for r in records if r.budget_agent == reference]
     summary = write_report(at_budget, {**config, "budget_agent": reference}, out, title=cfg.title, all_records=records)
     print(f"wrote {out / 'summary.json'}, {out / 'report.md'} and plots", file=sys.stderr)
     return summary

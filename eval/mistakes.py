@@ -16,19 +16,19 @@ and a restore landed before the mistake when it lies before that action.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from data_gen.hindsight import branch_snapshots
-from eval.summary import method_key
 from rir_runtime.envs import TaskSpec, make_env
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import RestoreError, UserInputError
+from rir_runtime.trace import Branch, read_records, replay
 from rir_runtime.values import ValueProbe, latest_best_bisect
 
 # The fatal action's first word names the mistake (TextWorld cooking and ScienceWorld verbs).
@@ -49,17 +49,6 @@ VERB_CATEGORIES = {
 }
 
 
-@dataclass
-class Branch:
-    steps: tuple[Step, ...]
-    ended_by: str  # "restore", "won", "lost", or the episode's stop reason
-    restore_to: int | None = None
-
-    @property
-    def actions(self) -> list[str]:
-        return [s.action for s in self.steps]
-
-
 LANDED_BEFORE, LANDED_AFTER = "landed at or before the fatal step", "landed after it"
 NO_FATAL_STEP = "no fatal step in the abandoned branch"
 
@@ -72,30 +61,7 @@ class MistakeReport:
     after_restore: Counter = field(default_factory=Counter)  # (method/controller, what the agent did next)
 
 
-def branches(events: list[dict[str, Any]], stop_reason: str) -> list[Branch]:
-    """Split an episode's event log into branches: a restore to r abandons the actions after r."""
-    out: list[Branch] = []
-    steps: tuple[Step, ...] = ()
-    for event in events:
-        if event["type"] == "step":
-            steps += (
-                Step(
-                    len(steps),
-                    event["action"],
-                    event.get("observation", ""),
-                    event.get("score", 0.0),
-                    event.get("won", False),
-                    event.get("lost", False),
-                ),
-            )
-        elif event["type"] == "restore" and event.get("k", 0) > 0:
-            out.append(Branch(steps, "restore", event["to"]))
-            steps = steps[: event["to"]]
-    out.append(Branch(steps, stop_reason))
-    return out
-
-
-def after_restores(parts: list[Branch]) -> Counter:
+def after_restores(parts: Sequence[Branch]) -> Counter:
     """What the agent did at each restore point: the abandoned branch's action again, or another.
     A greedy agent in a restored state repeats itself unless its memory changes its mind, so this
     measures whether the memory is read at all."""
@@ -153,58 +119,49 @@ def analyse(run: Path) -> MistakeReport:
     paths = sorted(run.glob("episodes*.jsonl"))  # rir eval writes one file; rollout shards one each
     if not paths:
         raise UserInputError(f"{run}/episodes.jsonl does not exist: pass --run <folder written by rir eval or rollout>")
-    records = [json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()]
     report, envs = MistakeReport(), {}
     try:
-        for rec in records:
-            env = envs.get(rec["env"]) or envs.setdefault(rec["env"], make_env(rec["env"]))
-            task = TaskSpec(rec["env"], rec["task"], rec["split"], rec["variation"])
-            probe = ValueProbe(env)
-            parts = branches(rec["events"], rec["stop_reason"])
-            who = method_key(rec)  # the controller chose the restore points: compare them apart
+        for record in (r for path in paths for r in read_records(path)):
+            env = envs.get(record.env) or envs.setdefault(record.env, make_env(record.env))
+            parts = replay(record).branches
+            who = record.method_key  # the controller chose the restore points: compare them apart
             for what, n in after_restores(parts).items():
                 report.after_restore[(who, what)] += n
             for branch in parts:
-                if branch.ended_by == "won":
-                    continue
-                try:
-                    fatal = (
-                        first_fatal_step(env, task, branch.steps, probe)
-                        if env.expert_replans
-                        else lost_step(branch.steps)
-                    )
-                except (Unwinnable, RestoreError) as err:
-                    reason = (
-                        "expert cannot win from the start"
-                        if isinstance(err, Unwinnable)
-                        else "re-execution diverged from the record"
-                    )
-                    report.categories[reason] += 1
-                    report.examples.setdefault(reason, task.key)
-                    continue
-                if branch.ended_by == "restore":
-                    landed = (
-                        NO_FATAL_STEP
-                        if fatal is None
-                        else (LANDED_BEFORE if branch.restore_to <= fatal else LANDED_AFTER)
-                    )
-                    report.restores[(who, landed)] += 1
-                else:
-                    category = categorize(branch.actions, fatal)
-                    report.categories[category] += 1
-                    report.examples.setdefault(
-                        category,
-                        f"{task.key}: "
-                        + (
-                            f"step {fatal} '{branch.actions[fatal]}'"
-                            if fatal is not None
-                            else " / ".join(branch.actions[-4:])
-                        ),
-                    )
+                if branch.ended_by != "won":
+                    _file_branch(report, env, record.task_spec, branch, who)
     finally:
         for env in envs.values():
             env.close()
     return report
+
+
+def _file_branch(report: MistakeReport, env: Any, task: TaskSpec, branch: Branch, who: str) -> None:
+    """Count one branch that did not win: where its restore landed, or why it failed."""
+    try:
+        fatal = (
+            first_fatal_step(env, task, branch.steps, ValueProbe(env))
+            if env.expert_replans
+            else lost_step(branch.steps)
+        )
+    except (Unwinnable, RestoreError) as err:
+        reason = (
+            "expert cannot win from the start"
+            if isinstance(err, Unwinnable)
+            else "re-execution diverged from the record"
+        )
+        report.categories[reason] += 1
+        report.examples.setdefault(reason, task.key)
+        return
+    if branch.ended_by == "restore":
+        assert branch.restore_to is not None
+        landed = NO_FATAL_STEP if fatal is None else (LANDED_BEFORE if branch.restore_to <= fatal else LANDED_AFTER)
+        report.restores[(who, landed)] += 1
+        return
+    category = categorize(branch.actions, fatal)
+    report.categories[category] += 1
+    where = f"step {fatal} '{branch.actions[fatal]}'" if fatal is not None else " / ".join(branch.actions[-4:])
+    report.examples.setdefault(category, f"{task.key}: {where}")
 
 
 def markdown(report: MistakeReport, run: Path) -> str:

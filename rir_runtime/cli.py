@@ -148,6 +148,15 @@ def cmd_mistakes(args: argparse.Namespace) -> int:
     return mistakes_main(args.run)
 
 
+def cmd_trace_upgrade(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rir_runtime.trace.upgrade import upgrade_run
+
+    upgrade_run(Path(args.folder))
+    return 0
+
+
 # --- parser -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -156,7 +165,19 @@ def build_parser() -> argparse.ArgumentParser:
         "generate controller data, train and evaluate recovery controllers.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_envs(sub)
+    _add_models(sub)
+    play = sub.add_parser(
+        "play", help="play an environment yourself: type actions, :checkpoints, :rollback N, :expert, :quit"
+    )
+    _selection_args(play)
+    play.set_defaults(handler=cmd_play)
+    _add_stages(sub)
+    _add_analysis(sub)
+    return parser
 
+
+def _add_envs(sub: argparse._SubParsersAction) -> None:
     envs = sub.add_parser("envs", help="list environments or check one against the contract")
     envs_sub = envs.add_subparsers(dest="envs_command", required=True, metavar="ACTION")
     envs_sub.add_parser("list", help="environments and their tasks").set_defaults(handler=cmd_envs_list)
@@ -166,81 +187,47 @@ def build_parser() -> argparse.ArgumentParser:
     _selection_args(check)
     check.set_defaults(handler=cmd_envs_check)
 
+
+def _add_models(sub: argparse._SubParsersAction) -> None:
     models = sub.add_parser("models", help="list registered models or prepare (convert) one")
     models_sub = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
-    models_sub.add_parser("list", help="registered models and whether they are prepared").set_defaults(
-        handler=cmd_models_list
-    )
+    listing = models_sub.add_parser("list", help="registered models and whether they are prepared")
+    listing.set_defaults(handler=cmd_models_list)
     prep = models_sub.add_parser("prepare", help="convert a packaged GGUF model into a trainable HF checkpoint")
     prep.add_argument("name", help="registered model name, e.g. smollm2-135m-instruct")
     prep.set_defaults(handler=cmd_models_prepare)
 
-    play = sub.add_parser(
-        "play", help="play an environment yourself: type actions, :checkpoints, :rollback N, :expert, :quit"
-    )
-    _selection_args(play)
-    play.set_defaults(handler=cmd_play)
 
-    from rir_runtime.jobs import SelectionConfig
-
-    _stage(
-        sub,
-        "run",
-        "run one episode (first task, variation, method, seed) and print its transcript",
-        SelectionConfig,
-        cmd_run,
-    )
-    from eval.harness import EvalConfig
-
-    _stage(
-        sub,
-        "eval",
-        "evaluate methods x controllers x tasks x seeds at fixed budgets (optionally a budget "
-        "sweep); writes episodes.jsonl, summary.json, report.md and plots",
-        EvalConfig,
-        cmd_eval,
-    )
-    from eval.controller_eval import ControllerEvalConfig
-
-    _stage(
-        sub,
-        "eval-controller",
-        "offline decision quality of controllers on held-out labelled datasets",
-        ControllerEvalConfig,
-        cmd_eval_controller,
-    )
-    from train.cli import add_train_commands
-
-    add_train_commands(sub)
-    from eval.pipeline import PipelineConfig
-
-    _stage(
-        sub,
-        "pipeline",
-        "every stage end to end (rollouts, labels, datasets, SFT/DPO, offline and "
-        "downstream evaluation), cached; prints where the report is",
-        PipelineConfig,
-        cmd_pipeline,
-    )
+def _add_stages(sub: argparse._SubParsersAction) -> None:
+    """The pipeline's jobs: each a typed config from YAML with flag overrides."""
     from data_gen.build import BuildConfig
     from data_gen.rollout import RolloutConfig
+    from eval.controller_eval import ControllerEvalConfig
+    from eval.harness import EvalConfig
+    from eval.pipeline import PipelineConfig
+    from rir_runtime.jobs import SelectionConfig
+    from train.cli import add_train_commands
 
-    _stage(
-        sub,
-        "rollout",
-        "generate controller data: RIR episodes (plus exploratory variants) with a base "
-        "policy into an append-only, resumable run folder",
-        RolloutConfig,
-        cmd_rollout,
-    )
-    _stage(
-        sub,
-        "build-data",
-        "label rollouts in hindsight and build TRL datasets (review/locate/reflect, SFT and preference)",
-        BuildConfig,
-        cmd_build_data,
-    )
+    stages: list[tuple[str, str, type, Handler]] = [
+        ("run", "run one episode (first task, variation, method, seed) and print its transcript", SelectionConfig,
+         cmd_run),
+        ("eval", "evaluate methods x controllers x tasks x seeds at fixed budgets (optionally a budget sweep); "
+         "writes episodes.jsonl, summary.json, report.md and plots", EvalConfig, cmd_eval),
+        ("eval-controller", "offline decision quality of controllers on held-out labelled datasets",
+         ControllerEvalConfig, cmd_eval_controller),
+        ("pipeline", "every stage end to end (rollouts, labels, datasets, SFT/DPO, offline and downstream "
+         "evaluation), cached; prints where the report is", PipelineConfig, cmd_pipeline),
+        ("rollout", "generate controller data: RIR episodes (plus exploratory variants) with a base policy into "
+         "an append-only, resumable run folder", RolloutConfig, cmd_rollout),
+        ("build-data", "label rollouts in hindsight and build TRL datasets (review/locate/reflect, SFT and "
+         "preference)", BuildConfig, cmd_build_data),
+    ]  # fmt: skip
+    for name, help_text, config_cls, handler in stages:
+        _stage(sub, name, help_text, config_cls, handler)
+    add_train_commands(sub)
 
+
+def _add_analysis(sub: argparse._SubParsersAction) -> None:
     mistakes = sub.add_parser(
         "mistakes",
         help="categorise an eval run's failures by their first fatal step (in "
@@ -250,7 +237,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--run", required=True, help="a folder written by rir eval or rir rollout (holds episodes*.jsonl)"
     )
     mistakes.set_defaults(handler=cmd_mistakes)
-    return parser
+    trace = sub.add_parser("trace", help="episode trace files: convert those written by an older rir")
+    trace_sub = trace.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
+    upgrade = trace_sub.add_parser(
+        "upgrade", help="convert a run folder's episodes*.jsonl from trace schema 1 (originals kept as .v1.bak)"
+    )
+    upgrade.add_argument("folder", help="a folder written by rir eval or rir rollout")
+    upgrade.set_defaults(handler=cmd_trace_upgrade)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,6 +52,16 @@ class Reflection:
             "failure": asdict(self.failure) if self.failure else None,
         }
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Reflection:
+        """The inverse of `to_json` (trace files); `parse` is for model replies."""
+        failure = data.get("failure")
+        return cls(
+            tuple(data.get("env_knowledge", ())),
+            tuple(data.get("milestones", ())),
+            Failure(**failure) if failure else None,
+        )
+
     def as_text(self) -> str:
         """The free-text form used by the text-memory presets (self-refine, reflexion)."""
         parts = []

@@ -13,16 +13,10 @@ Budgets: `agent` counts every model call (policy steps and model-backed controll
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from rir_runtime.controllers import (
-    CompositeController,
-    Controller,
-    OracleController,
-    failure_signal,
-    latest_admissible_in,
-)
+from rir_runtime.controllers import Controller, failure_signal, latest_admissible_in
 from rir_runtime.decisions import Decision, Reflection, dump
 from rir_runtime.envs.base import Env, TaskSpec
 from rir_runtime.envs.checkpoints import CheckpointStore, Step
@@ -31,7 +25,23 @@ from rir_runtime.memory import ReflectionMemory
 from rir_runtime.policies import AgentContext, Policy
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.recovery import RecoveryPreset, ReviewSchedule, segments
-from rir_runtime.values import ValueProbe
+from rir_runtime.trace import (
+    EpisodeRecord,
+    Event,
+    LocateEvent,
+    LocateFailedEvent,
+    LocateFallbackEvent,
+    ReflectEvent,
+    ResetEvent,
+    RespondEvent,
+    RestoreEvent,
+    RestoreFailedEvent,
+    ReviewEvent,
+    RollbackCallEvent,
+    StepEvent,
+    ToolErrorEvent,
+)
+from rir_runtime.values import Hindsight, ValueProbe
 
 
 @dataclass(frozen=True)
@@ -68,23 +78,15 @@ class Episode:
     completion_tokens: int = 0
     parse_failures: int = 0
     stop_reason: str = ""
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    hindsight: Hindsight | None = None  # only for controllers that read the future (the oracle)
 
     @property
     def t(self) -> int:
         return len(self.history)
 
-    def log(self, kind: str, **data: Any) -> None:
-        self.events.append({"type": kind, "t": self.t, **data})
-
-
-def _oracle_parts(controller: Controller) -> list[OracleController]:
-    parts = (
-        [controller.when, controller.where, controller.what]
-        if isinstance(controller, CompositeController)
-        else [controller]
-    )
-    return [p for p in parts if isinstance(p, OracleController)]
+    def log(self, event: Event) -> None:
+        self.events.append(event)
 
 
 class EpisodeRunner:
@@ -104,7 +106,7 @@ class EpisodeRunner:
         self.budgets, self.review_interval, self.memory_chars = budgets, review_interval, memory_chars
 
     # --- the loop -------------------------------------------------------------------------------
-    def run(self, task: TaskSpec) -> dict[str, Any]:
+    def run(self, task: TaskSpec) -> EpisodeRecord:
         start = time.perf_counter()
         obs = self.env.reset(task)
         memory = ReflectionMemory(
@@ -116,10 +118,10 @@ class EpisodeRunner:
         ep = Episode(task, obs.objective, memory, observation=obs.text, score=obs.score)
         ep.store.save(self.env, ())
         probe = ValueProbe(self.env)
-        for oracle in _oracle_parts(self.controller):
-            oracle.value = lambda i: probe.value(ep.store[i].snapshot)
+        if self.controller.uses_hindsight:
+            ep.hindsight = Hindsight(probe, lambda i: ep.store[i].snapshot)
         schedule = ReviewSchedule(base=max(1, self.review_interval), maximum=max(16, self.review_interval))
-        ep.log("reset", observation=obs.text, objective=obs.objective)
+        ep.log(ResetEvent(ep.t, observation=obs.text, objective=obs.objective))
 
         while True:
             if ep.done:
@@ -138,8 +140,7 @@ class EpisodeRunner:
                     continue
             self._agent_turn(ep, schedule)
 
-        record = self._record(ep, probe, time.perf_counter() - start)
-        return record
+        return self._record(ep, probe, time.perf_counter() - start)
 
     def _agent_turn(self, ep: Episode, schedule: ReviewSchedule) -> None:
         ctx = AgentContext(
@@ -151,15 +152,15 @@ class EpisodeRunner:
         ep.completion_tokens += act.completion_tokens
         ep.parse_failures += int(act.parse_failure)
         if act.kind == "respond":
-            ep.log("respond", text=act.text)
+            ep.log(RespondEvent(ep.t, text=act.text))
             ep.done, ep.stop_reason = True, "final response"
             return
         if act.kind == "rollback":
-            ep.log("rollback_call", reason=act.reason, target=act.target)
+            ep.log(RollbackCallEvent(ep.t, reason=act.reason, target=act.target))
             error = self._rollback_tool_error(ep, act.target)
             if error:
                 ep.observation = f"[rollback tool] {error}"
-                ep.log("tool_error", message=error)
+                ep.log(ToolErrorEvent(ep.t, message=error))
                 return
             self._review(ep, schedule, "agent", target=act.target)
             return
@@ -170,13 +171,15 @@ class EpisodeRunner:
         ep.env_steps += 1
         ep.observation, ep.score = result.observation, result.score
         ep.log(
-            "step",
-            action=act.text,
-            observation=result.observation,
-            score=result.score,
-            won=result.won,
-            lost=result.lost,
-            injected_error=act.injected_error,
+            StepEvent(
+                ep.t,
+                action=act.text,
+                observation=result.observation,
+                score=result.score,
+                won=result.won,
+                lost=result.lost,
+                injected_error=act.injected_error,
+            )
         )
         if result.done:
             ep.done, ep.won, ep.lost = True, result.won, result.lost or not result.won
@@ -200,7 +203,7 @@ class EpisodeRunner:
     def _recover_allowed(self, ep: Episode) -> bool:
         return self.preset.recovers and ep.recoveries < self.budgets.rollback and ep.agent_calls < self.budgets.agent
 
-    def _context(self, ep: Episode, trigger: str, **extra: Any) -> DecisionContext:
+    def _context(self, ep: Episode, trigger: str, **extra: object) -> DecisionContext:
         blamed = tuple(f.action for f in ep.memory.failures)
         return DecisionContext(
             ep.task.key,
@@ -212,14 +215,17 @@ class EpisodeRunner:
             trigger,
             tuple(ep.store.admissible()),
             blamed_actions=blamed,
-            **extra,
+            hindsight=ep.hindsight,
+            **extra,  # type: ignore[arg-type]
         )
 
-    def _decide(self, ep: Episode, call: str, ctx: DecisionContext) -> Decision | None:
+    def _decide(
+        self, ep: Episode, decide: Callable[[DecisionContext], Decision], ctx: DecisionContext
+    ) -> Decision | None:
         """One controller call, counted; None when a model-backed call would exceed the budget."""
         if self.controller.uses_model and ep.agent_calls >= self.budgets.agent:
             return None
-        decision: Decision = getattr(self.controller, call)(ctx)
+        decision = decide(ctx)
         ep.controller_calls += 1
         ep.agent_calls += decision.model_calls
         ep.prompt_tokens += decision.prompt_tokens
@@ -228,31 +234,34 @@ class EpisodeRunner:
         return decision
 
     def _review(self, ep: Episode, schedule: ReviewSchedule, trigger: str, target: int | None = None) -> bool:
-        """Ask When; on "recover", run Where and What and restore. True when a recovery happened."""
-        decision = self._decide(ep, "review", self._context(ep, trigger))
+        """Ask When; on "recover", run Where and What and restore. True when a recovery happened.
+        The schedule counts from the step the episode goes on from: after a restore, the restore point."""
+        decision = self._decide(ep, self.controller.review, self._context(ep, trigger))
         if decision is None:
             return False
+        verdict = decision.value
         ep.log(
-            "review",
-            trigger=trigger,
-            decision=decision.value.decision,
-            reason=decision.value.reason,
-            raw=decision.raw or dump("review", decision.value),
+            ReviewEvent(
+                ep.t,
+                trigger=trigger,
+                decision=verdict.decision,
+                reason=verdict.reason,
+                raw=decision.raw or dump("review", verdict),
+            )
         )
-        schedule.on_verdict(ep.t, decision.value.recover)
-        if not decision.value.recover:
-            return False
-        restore_to = self._where(ep, target)
-        if restore_to is None:
-            return False
-        return self._recover(ep, restore_to)
+        recovered = False
+        if verdict.recover:
+            restore_to = self._where(ep, target)
+            recovered = restore_to is not None and self._recover(ep, restore_to)
+        schedule.on_verdict(ep.t, verdict.recover)
+        return recovered
 
     def _where(self, ep: Episode, target: int | None) -> int | None:
         admissible = ep.store.admissible()
         if ep.done:  # a finished state (final response) is no place to resume from
             admissible = [i for i in admissible if i < ep.t]
         if not admissible:
-            ep.log("locate", error="no admissible checkpoint")
+            ep.log(LocateFailedEvent(ep.t, error="no admissible checkpoint"))
             return None
         depth = self.preset.depth
         if depth == "stay":
@@ -271,7 +280,7 @@ class EpisodeRunner:
         ctx = replace(self._context(ep, "locate", segments=segs), admissible=tuple(admissible))
         seg_index = 0
         if len(segs) > 1:
-            coarse = self._decide(ep, "locate_coarse", ctx)
+            coarse = self._decide(ep, self.controller.locate_coarse, ctx)
             if coarse is None:
                 return None
             seg_index = min(max(int(coarse.value), 0), len(segs) - 1)
@@ -281,39 +290,41 @@ class EpisodeRunner:
             inside = [i for i in admissible if segment[0] <= i < segment[1]]
             step = inside[0] if inside else latest_admissible_in(ctx)
         else:
-            fine = self._decide(ep, "locate_fine", ctx)
+            fine = self._decide(ep, self.controller.locate_fine, ctx)
             if fine is None:
                 return None
             step = int(fine.value)
             if step not in admissible:  # a model may name a checkpoint it may not use
-                ep.log("locate_fallback", asked=step)
+                ep.log(LocateFallbackEvent(ep.t, asked=step))
                 step = latest_admissible_in(ctx)
-        ep.log("locate", segments=[list(s) for s in segs], segment=seg_index, step=step)
+        ep.log(LocateEvent(ep.t, segments=segs, segment=seg_index, step=step))
         return step
 
     def _recover(self, ep: Episode, r: int) -> bool:
         if self.preset.memory != "none":
-            decision = self._decide(ep, "reflect", self._context(ep, "reflect", restore_point=r))
+            decision = self._decide(ep, self.controller.reflect, self._context(ep, "reflect", restore_point=r))
             reflection = decision.value if decision else Reflection()
             ep.memory.add(reflection)
             ep.log(
-                "reflect",
-                restore_point=r,
-                reflection=reflection.to_json(),
-                memory=ep.memory.snapshot(),
-                fallback=bool(decision and decision.meta.get("fallback")),  # the reply did not parse
-                budget_spent=decision is None,
-            )  # no model call was left for the What
+                ReflectEvent(
+                    ep.t,
+                    restore_point=r,
+                    reflection=reflection,
+                    memory=ep.memory.snapshot(),
+                    fallback=bool(decision and decision.meta.get("fallback")),  # the reply did not parse
+                    budget_spent=decision is None,  # no model call was left for the What
+                )
+            )
         if r == ep.t and not ep.done:  # k = 0: stay, keep the reflection
             ep.recoveries += 1
-            ep.log("restore", to=r, k=0)
+            ep.log(RestoreEvent(ep.t, to=r, k=0))
             return True
         try:
             checkpoint, obs = ep.store.restore(self.env, r)
         except RestoreError as err:
-            ep.log("restore_failed", to=r, error=str(err))
+            ep.log(RestoreFailedEvent(ep.t, to=r, error=str(err)))
             return False
-        ep.log("restore", to=r, k=ep.t - r, first_error=_first_injected(ep.history))
+        ep.log(RestoreEvent(ep.t, to=r, k=ep.t - r, first_error=_first_injected(ep.history)))
         ep.history, ep.observation, ep.score = checkpoint.history, obs.text, checkpoint.score
         ep.done = ep.won = ep.lost = False
         ep.stop_reason = ""
@@ -322,35 +333,35 @@ class EpisodeRunner:
         return True
 
     # --- the record ---------------------------------------------------------------------------------
-    def _record(self, ep: Episode, probe: ValueProbe, wall_s: float) -> dict[str, Any]:
+    def _record(self, ep: Episode, probe: ValueProbe, wall_s: float) -> EpisodeRecord:
         task = ep.task
-        first_errors = [e["t"] - 1 for e in ep.events if e["type"] == "step" and e.get("injected_error")]
-        return {
-            "env": task.env,
-            "task": task.task,
-            "split": task.split,
-            "variation": task.variation,
-            "method": self.preset.name,
-            "controller": self.controller.name,
-            "policy": self.policy.name,
-            "success": bool(ep.won),
-            "score": ep.score,
-            "agent_calls": ep.agent_calls,
-            "controller_calls": ep.controller_calls,
-            "rollbacks": ep.rollbacks,
-            "recoveries": ep.recoveries,
-            "env_steps": ep.env_steps,
-            "prompt_tokens": ep.prompt_tokens,
-            "completion_tokens": ep.completion_tokens,
-            "wall_s": round(wall_s, 4),
-            "parse_failures": ep.parse_failures,
-            "restore_divergences": ep.store.divergences,
-            "oracle_env_steps": probe.env_steps,
-            "first_error_step": first_errors[0] if first_errors else None,
-            "stop_reason": ep.stop_reason,
-            "memory": ep.memory.snapshot(),
-            "events": ep.events,
-        }
+        first_errors = [e.t - 1 for e in ep.events if isinstance(e, StepEvent) and e.injected_error]
+        return EpisodeRecord(
+            env=task.env,
+            task=task.task,
+            split=task.split,
+            variation=task.variation,
+            method=self.preset.name,
+            controller=self.controller.name if self.preset.recovers else "-",
+            policy=self.policy.name,
+            success=bool(ep.won),
+            score=ep.score,
+            agent_calls=ep.agent_calls,
+            controller_calls=ep.controller_calls,
+            rollbacks=ep.rollbacks,
+            recoveries=ep.recoveries,
+            env_steps=ep.env_steps,
+            prompt_tokens=ep.prompt_tokens,
+            completion_tokens=ep.completion_tokens,
+            wall_s=round(wall_s, 4),
+            parse_failures=ep.parse_failures,
+            restore_divergences=ep.store.divergences,
+            oracle_env_steps=probe.env_steps,
+            first_error_step=first_errors[0] if first_errors else None,
+            stop_reason=ep.stop_reason,
+            memory=ep.memory.snapshot(),
+            events=tuple(ep.events),
+        )
 
 
 def _first_injected(history: tuple[Step, ...]) -> int | None:

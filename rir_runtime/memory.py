@@ -13,8 +13,8 @@ their free-text reflection, unfiltered, as those methods do).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 from rir_runtime.decisions import Failure, Reflection
 
@@ -112,25 +112,49 @@ class ReflectionMemory:
 
     @classmethod
     def from_snapshot(
-        cls, snapshot: dict | None, objective: str = "", mode: MemoryMode = "structured"
+        cls, snapshot: MemorySnapshot | None, objective: str = "", mode: MemoryMode = "structured"
     ) -> ReflectionMemory:
         """Rebuild a memory from its trace form (data_gen renders prompts from recorded episodes)."""
-        snapshot = snapshot or {}
+        snapshot = snapshot or MemorySnapshot()
         memory = cls(objective=objective, mode=mode)
-        memory.env_knowledge = list(snapshot.get("env_knowledge", []))
-        memory.milestones = list(snapshot.get("milestones", []))
-        memory.failures = [Failure(**f) for f in snapshot.get("failures", [])]
-        memory.notes = list(snapshot.get("notes", []))
+        memory.env_knowledge = list(snapshot.env_knowledge)
+        memory.milestones = list(snapshot.milestones)
+        memory.failures = list(snapshot.failures)
+        memory.notes = list(snapshot.notes)
         return memory
 
-    def snapshot(self) -> dict[str, object]:
-        """A JSON view for the episode trace."""
+    def snapshot(self) -> MemorySnapshot:
+        """The memory as it stands, for the episode trace."""
+        return MemorySnapshot(
+            tuple(self.env_knowledge), tuple(self.milestones), tuple(self.failures), tuple(self.notes)
+        )
+
+
+@dataclass(frozen=True)
+class MemorySnapshot:
+    """The trace form of the memory: what survived the rollbacks so far (lists are tuples: immutable)."""
+
+    env_knowledge: tuple[str, ...] = ()
+    milestones: tuple[str, ...] = ()
+    failures: tuple[Failure, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
         return {
             "env_knowledge": list(self.env_knowledge),
             "milestones": list(self.milestones),
-            "failures": [f.__dict__ for f in self.failures],
+            "failures": [asdict(f) for f in self.failures],
             "notes": list(self.notes),
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MemorySnapshot:
+        return cls(
+            tuple(data.get("env_knowledge", ())),
+            tuple(data.get("milestones", ())),
+            tuple(Failure(**f) for f in data.get("failures", ())),
+            tuple(data.get("notes", ())),
+        )
 
 
 def _condition_matches(condition: str, situation: str) -> bool:

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from rir_runtime.decisions import DecisionKind
 from rir_runtime.envs.checkpoints import Step
+
+if TYPE_CHECKING:
+    from rir_runtime.values import Hindsight
 
 PROMPT_FORMAT_VERSION = 1
 Messages = list[dict[str, str]]
@@ -35,11 +39,14 @@ class DecisionContext:
     restore_point: int | None = None  # reflect: where the branch is being rolled back to
     blamed_actions: tuple[str, ...] = ()  # actions already named in remembered failures
     extra: dict[str, object] = field(default_factory=dict)
+    # The oracle's view of the future: set by the loop only for controllers that ask for it.
+    hindsight: Hindsight | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> str:
-        """Serialised form kept next to each training row, so any controller (heuristic and oracle
-        included) can be scored offline on exactly the situation the row was built from."""
-        data = asdict(self)
+        """Serialised form kept next to each training row, so any controller can be scored offline
+        on exactly the situation the row was built from (hindsight is never serialised)."""
+        data = asdict(replace(self, hindsight=None))
+        del data["hindsight"]
         return json.dumps(data)
 
     @classmethod

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from rir_runtime.trace import (
+    EpisodeRecord,
+    Event,
+    LocateEvent,
+    ReflectEvent,
+    ResetEvent,
+    RestoreEvent,
+    ReviewEvent,
+    StepEvent,
+)
 
 
 def _short(text: str, n: int = 110) -> str:
@@ -10,61 +19,50 @@ def _short(text: str, n: int = 110) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def render_transcript(record: dict[str, Any]) -> str:
+def event_lines(e: Event) -> list[str]:
+    """How one event reads in a transcript."""
+    if isinstance(e, ResetEvent):
+        return [f"Objective: {_short(e.objective, 300)}", f"  C_0 saved | {_short(e.observation)}"]
+    if isinstance(e, StepEvent):
+        flag = "   <- injected error (hidden from the agent)" if e.injected_error else ""
+        end = " [WON]" if e.won else " [LOST]" if e.lost else ""
+        return [f"  [{e.t - 1:>2}] {e.action}{flag}\n       -> {_short(e.observation)} (score {e.score:g}){end}"]
+    if isinstance(e, ReviewEvent):
+        return [f"  ?? review ({e.trigger}) at t={e.t}: {e.decision} - {_short(e.reason, 90)}"]
+    if isinstance(e, LocateEvent):
+        a, b = e.segments[e.segment]
+        return [f"  .. locate: segment {e.segment} (checkpoints {a}-{b - 1}) -> step {e.step}"]
+    if isinstance(e, ReflectEvent):
+        f = e.reflection.failure
+        if not f:
+            return []
+        return [f"  !! reflect: when {_short(f.condition, 60)}: '{f.action}' -> {_short(f.outcome, 60)}"]
+    if isinstance(e, RestoreEvent):
+        extra = f" (first injected error of that branch: step {e.first_error})" if e.first_error is not None else ""
+        return [f"  << restore to C_{e.to} (k={e.k}){extra}"]
+    fields = {k: v for k, v in e.to_json().items() if k not in ("type", "t")}
+    return [f"  -- {e.type}: {_short(str(fields))}"]
+
+
+def render_transcript(record: EpisodeRecord) -> str:
+    r = record
     out = [
-        f"== {record['env']}/{record['task']} ({record['split']} variation {record['variation']}) | "
-        f"method {record['method']} | controller {record['controller']} | policy {record['policy']}"
+        f"== {r.env}/{r.task} ({r.split} variation {r.variation}) | "
+        f"method {r.method} | controller {r.controller} | policy {r.policy}"
     ]
-    for e in record["events"]:
-        kind = e["type"]
-        if kind == "reset":
-            out += [f"Objective: {_short(e['objective'], 300)}", f"  C_0 saved | {_short(e['observation'])}"]
-        elif kind == "step":
-            flag = "   <- injected error (hidden from the agent)" if e.get("injected_error") else ""
-            end = " [WON]" if e["won"] else " [LOST]" if e["lost"] else ""
-            out.append(
-                f"  [{e['t'] - 1:>2}] {e['action']}{flag}\n       -> {_short(e['observation'])} "
-                f"(score {e['score']:g}){end}"
-            )
-        elif kind == "review":
-            out.append(f"  ?? review ({e['trigger']}) at t={e['t']}: {e['decision']} - {_short(e['reason'], 90)}")
-        elif kind == "locate":
-            if "error" in e:
-                out.append(f"  .. locate: {e['error']}")
-            else:
-                seg = e["segments"][e["segment"]]
-                out.append(
-                    f"  .. locate: segment {e['segment']} (checkpoints {seg[0]}-{seg[1] - 1}) -> step {e['step']}"
-                )
-        elif kind == "reflect":
-            f = e["reflection"].get("failure")
-            if f:
-                out.append(
-                    f"  !! reflect: when {_short(f['condition'], 60)}: '{f['action']}' -> {_short(f['outcome'], 60)}"
-                )
-        elif kind == "restore":
-            extra = (
-                f" (first injected error of that branch: step {e['first_error']})"
-                if e.get("first_error") is not None
-                else ""
-            )
-            out.append(f"  << restore to C_{e['to']} (k={e['k']}){extra}")
-        elif kind in ("rollback_call", "tool_error", "respond", "restore_failed", "locate_fallback"):
-            out.append(f"  -- {kind}: {_short(str({k: v for k, v in e.items() if k not in ('type', 't')}))}")
-    mem = record.get("memory") or {}
-    lines = [f"    known: {k}" for k in mem.get("env_knowledge", [])] + [
-        f"    milestone: {m}" for m in mem.get("milestones", [])
-    ]
+    for event in r.events:
+        out += event_lines(event)
+    mem = r.memory
+    lines = [f"    known: {k}" for k in mem.env_knowledge] + [f"    milestone: {m}" for m in mem.milestones]
     lines += [
-        f"    failure: when {_short(f['condition'], 50)}: '{f['action']}' -> {_short(f['outcome'], 50)}; {f['lesson']}"
-        for f in mem.get("failures", [])
+        f"    failure: when {_short(f.condition, 50)}: '{f.action}' -> {_short(f.outcome, 50)}; {f.lesson}"
+        for f in mem.failures
     ]
-    lines += [f"    note: {_short(n, 150)}" for n in mem.get("notes", [])]
+    lines += [f"    note: {_short(n, 150)}" for n in mem.notes]
     if lines:
         out += ["  Memory that survived the rollbacks:"] + lines
     out.append(
-        f"== {'SUCCESS' if record['success'] else 'FAILURE'}: score {record['score']:g}, agent calls "
-        f"{record['agent_calls']}, rollbacks {record['rollbacks']}, env steps {record['env_steps']}, "
-        f"{record['wall_s']:.2f}s ({record['stop_reason']})"
+        f"== {'SUCCESS' if r.success else 'FAILURE'}: score {r.score:g}, agent calls {r.agent_calls}, "
+        f"rollbacks {r.rollbacks}, env steps {r.env_steps}, {r.wall_s:.2f}s ({r.stop_reason})"
     )
     return "\n".join(out)

@@ -84,3 +84,17 @@ def latest_best_bisect(indices: list[int], value: Callable[[int], float]) -> tup
         else:
             hi = mid
     return indices[lo], values
+
+
+class Hindsight:
+    """`V(C_i)` for the checkpoints of a running episode: what the oracle controller may look at.
+
+    The loop creates one per episode and hands it to controllers that ask for hindsight
+    (`uses_hindsight`) inside their `DecisionContext`; nothing else can see the future.
+    """
+
+    def __init__(self, probe: ValueProbe, snapshot: Callable[[int], Snapshot]) -> None:
+        self.probe, self._snapshot = probe, snapshot
+
+    def value(self, checkpoint: int) -> float:
+        return self.probe.value(self._snapshot(checkpoint))

@@ -12,11 +12,12 @@ from rir_runtime.controllers import HeuristicController, OracleController, Promp
 from rir_runtime.decisions import Decision, Failure, Reflection
 from rir_runtime.envs import TaskSpec
 from rir_runtime.envs.builtin import WorkshopEnv
-from rir_runtime.jobs import SelectionConfig, expand_jobs, read_episodes, run_jobs
+from rir_runtime.jobs import SelectionConfig, expand_jobs, run_jobs
 from rir_runtime.loop import Budgets, EpisodeRunner
-from rir_runtime.memory import ReflectionMemory, is_state_claim
+from rir_runtime.memory import MemorySnapshot, ReflectionMemory, is_state_claim
 from rir_runtime.policies import AgentAction, AgentContext, NoisyExpertPolicy
 from rir_runtime.recovery import PRESETS, ReviewSchedule, segments
+from rir_runtime.trace import read_records
 
 TASKS = [TaskSpec("builtin", "workshop-3", "dev", v) for v in range(40)]
 DEFAULT_BUDGETS = Budgets()
@@ -33,7 +34,7 @@ def run(
 
 
 def events(record: dict, kind: str) -> list[dict]:
-    return [e for e in record["events"] if e["type"] == kind]
+    return [e for e in record.events if e.type == kind]
 
 
 def fatal_step(task: TaskSpec, actions: list[str]) -> int | None:
@@ -52,8 +53,8 @@ def silent_error_tasks(min_gap: int = 3) -> list[tuple[TaskSpec, int]]:
     found = []
     for task in TASKS:
         steps = events(run("react", task), "step")
-        err = fatal_step(task, [e["action"] for e in steps])
-        if err is not None and steps[-1]["lost"] and len(steps) - 1 - err >= min_gap:
+        err = fatal_step(task, [e.action for e in steps])
+        if err is not None and steps[-1].lost and len(steps) - 1 - err >= min_gap:
             found.append((task, err))
     assert found, "the workshop should produce silent errors at error rate 0.15"
     return found
@@ -63,7 +64,7 @@ def silent_error_tasks(min_gap: int = 3) -> list[tuple[TaskSpec, int]]:
 def test_react_never_recovers() -> None:
     for task in TASKS[:15]:
         r = run("react", task)
-        assert r["rollbacks"] == r["recoveries"] == 0 and not events(r, "review") and not events(r, "restore")
+        assert r.rollbacks == r.recoveries == 0 and not events(r, "review") and not events(r, "restore")
 
 
 class AlwaysRecover(HeuristicController):
@@ -76,25 +77,25 @@ class AlwaysRecover(HeuristicController):
 def test_self_refine_stays_and_keeps_text() -> None:
     records = [run("self-refine", t, AlwaysRecover()) for t in TASKS[:15]]
     restores = [e for r in records for e in events(r, "restore")]
-    assert restores and all(e["k"] == 0 for e in restores)
-    assert all(r["rollbacks"] == 0 for r in records)
-    assert any(r["memory"]["notes"] for r in records) and all(not r["memory"]["failures"] for r in records)
+    assert restores and all(e.k == 0 for e in restores)
+    assert all(r.rollbacks == 0 for r in records)
+    assert any(r.memory.notes for r in records) and all(not r.memory.failures for r in records)
 
 
 def test_reflexion_restarts_from_the_initial_state_with_text() -> None:
     records = [run("reflexion", t) for t in TASKS[:20]]
     restores = [e for r in records for e in events(r, "restore")]
-    assert restores and all(e["to"] == 0 for e in restores)
-    assert any(r["memory"]["notes"] for r in records) and all(not r["memory"]["failures"] for r in records)
+    assert restores and all(e.to == 0 for e in restores)
+    assert any(r.memory.notes for r in records) and all(not r.memory.failures for r in records)
 
 
 def test_rollback_only_keeps_nothing_and_rir_keeps_structure() -> None:
     only = [run("rollback-only", t) for t in TASKS[:20]]
-    assert any(r["rollbacks"] for r in only)
-    assert all(r["memory"] == {"env_knowledge": [], "milestones": [], "failures": [], "notes": []} for r in only)
+    assert any(r.rollbacks for r in only)
+    assert all(r.memory == MemorySnapshot() for r in only)
     full = [run("rir", t) for t in TASKS[:20]]
-    assert any(r["memory"]["failures"] for r in full) and all(not r["memory"]["notes"] for r in full)
-    assert any(0 < e["to"] for r in full for e in events(r, "restore"))
+    assert any(r.memory.failures for r in full) and all(not r.memory.notes for r in full)
+    assert any(0 < e.to for r in full for e in events(r, "restore"))
 
 
 def test_rollback_only_repeats_the_mistake_rir_does_not() -> None:
@@ -102,10 +103,10 @@ def test_rollback_only_repeats_the_mistake_rir_does_not() -> None:
     rir_wins = 0
     for task, err in cases:
         only, full = run("rollback-only", task, OracleController()), run("rir", task, OracleController())
-        assert not only["success"] and only["rollbacks"] == Budgets().rollback  # same mistake every time
-        assert all(e["to"] == err for e in events(only, "restore"))
-        assert events(full, "restore")[0]["to"] == err
-        rir_wins += full["success"]
+        assert not only.success and only.rollbacks == Budgets().rollback  # same mistake every time
+        assert all(e.to == err for e in events(only, "restore"))
+        assert events(full, "restore")[0].to == err
+        rir_wins += full.success
     assert rir_wins >= len(cases) - 1  # new mistakes after a recovery may still sink an episode
 
 
@@ -115,18 +116,18 @@ def test_coarse_to_fine_finds_a_silent_error_before_the_symptom(controller) -> N
     cases = silent_error_tasks(min_gap=3)[:6]
     for task, err in cases:
         restores = events(run("rir", task, controller()), "restore")
-        assert any(e["to"] == err for e in restores), f"{task.key}: no restore landed on the error step {err}"
+        assert any(e.to == err for e in restores), f"{task.key}: no restore landed on the error step {err}"
         if controller is OracleController:
-            assert restores[0]["to"] == err  # hindsight goes straight to the step before the error
+            assert restores[0].to == err  # hindsight goes straight to the step before the error
 
 
 def test_segments_cut_at_milestones_and_chunks() -> None:
     env = WorkshopEnv()
     r = run("react", TASKS[0], error_rate=0.0)
-    assert r["success"]
+    assert r.success
     from rir_runtime.envs.checkpoints import Step
 
-    history = tuple(Step(e["t"] - 1, e["action"], e["observation"], e["score"]) for e in events(r, "step"))[:-1]
+    history = tuple(Step(e.t - 1, e.action, e.observation, e.score) for e in events(r, "step"))[:-1]
     segs = segments(history, len(history))
     assert segs[0][0] == 0 and segs[-1][1] == len(history) + 1
     assert all(a < b and b - a <= 6 for a, b in segs)
@@ -172,10 +173,10 @@ class StateClaimController(HeuristicController):
 def test_state_claims_do_not_survive_a_restore_in_rir() -> None:
     for task, _ in silent_error_tasks()[:2]:
         r = run("rir", task, StateClaimController())
-        assert "the notebook is open" not in r["memory"]["env_knowledge"]
-        assert "notebooks hold recipes" in r["memory"]["env_knowledge"]
+        assert "the notebook is open" not in r.memory.env_knowledge
+        assert "notebooks hold recipes" in r.memory.env_knowledge
         r = run("rir-keeps-state-claims", task, StateClaimController())
-        assert "the notebook is open" in r["memory"]["env_knowledge"]
+        assert "the notebook is open" in r.memory.env_knowledge
 
 
 # --- When: the adaptive schedule ---------------------------------------------------------------------
@@ -199,11 +200,35 @@ def test_review_interval_shrinks_on_signals_and_grows_on_continue() -> None:
         ReviewSchedule(base=0)
 
 
+def steps_until_next_review(record) -> list[int]:
+    """For each restore that moved the world back (k > 0), the steps taken before the next review
+    (restores whose episode ended first are left out)."""
+    gaps, counting = [], None
+    for e in record.events:
+        if e.type == "restore" and e.k > 0:
+            counting = 0
+        elif e.type == "step" and counting is not None:
+            counting += 1
+        elif e.type == "review" and counting is not None:
+            gaps.append(counting)
+            counting = None
+    return gaps
+
+
+def test_the_review_schedule_counts_from_the_restore_point() -> None:
+    """After a restore to checkpoint r the schedule restarts at r: the next scheduled review comes
+    at most one base interval later. (Counting from the abandoned step made it come k steps late.)"""
+    interval = 4
+    gaps = [g for task in TASKS for g in steps_until_next_review(run("rir", task, error_rate=0.3))]
+    assert len(gaps) >= 10, "the workshop at error rate 0.3 should give restores followed by reviews"
+    assert max(gaps) <= interval, f"steps from a restore to the next review: {sorted(gaps)}"
+
+
 def test_failed_episode_is_reviewed_before_it_ends() -> None:
     for task, _ in silent_error_tasks()[:3]:
         r = run("rir", task)
-        first_recover = next(e for e in events(r, "review") if e["decision"] == "recover")
-        assert first_recover["trigger"] == "terminal"
+        first_recover = next(e for e in events(r, "review") if e.decision == "recover")
+        assert first_recover.trigger == "terminal"
 
 
 # --- budgets and bad input ------------------------------------------------------------------------------
@@ -212,7 +237,7 @@ def test_failed_episode_is_reviewed_before_it_ends() -> None:
 def test_budgets_are_never_exceeded(method: str, budgets: Budgets) -> None:
     for task in TASKS[:8]:
         r = run(method, task, budgets=budgets, error_rate=0.3)
-        assert r["agent_calls"] <= budgets.agent and r["recoveries"] <= budgets.rollback
+        assert r.agent_calls <= budgets.agent and r.recoveries <= budgets.rollback
 
 
 @dataclass
@@ -224,6 +249,9 @@ class FakeCompletion:
 
 class ScriptedBackend:
     """Replies from a fixed list (then repeats the last): a narrow stand-in for a model."""
+
+    supports_scoring = False
+    name = "scripted"
 
     def __init__(self, replies: list[str]) -> None:
         self.replies, self.calls = replies, 0
@@ -240,9 +268,9 @@ def test_prompted_controller_retries_once_then_falls_back() -> None:
     task, _ = silent_error_tasks()[0]
     r = run("rir", task, ctrl, Budgets(agent=60, rollback=3))
     review = events(r, "review")[0]
-    assert review["decision"] == "continue"  # the safe default
-    assert r["parse_failures"] >= 2 and backend.calls == 2 * len(events(r, "review"))
-    assert r["agent_calls"] == r["env_steps"] + backend.calls  # controller model calls are counted
+    assert review.decision == "continue"  # the safe default
+    assert r.parse_failures >= 2 and backend.calls == 2 * len(events(r, "review"))
+    assert r.agent_calls == r.env_steps + backend.calls  # controller model calls are counted
     ok = PromptedController(
         ScriptedBackend(
             [
@@ -255,7 +283,7 @@ def test_prompted_controller_retries_once_then_falls_back() -> None:
         "prompted:fake",
     )
     r = run("rir", task, ok, Budgets(agent=60, rollback=1))
-    assert events(r, "restore")[0]["to"] == 0 and r["parse_failures"] == 0
+    assert events(r, "restore")[0].to == 0 and r.parse_failures == 0
 
 
 class RollbackCaller:
@@ -278,15 +306,13 @@ def test_rollback_tool_to_a_bad_checkpoint_is_a_tool_error_not_a_crash() -> None
             TASKS[0]
         )
         errors = events(r, "tool_error")
-        assert len(errors) == 1 and (
-            "does not exist" in errors[0]["message"] or "not available" in errors[0]["message"]
-        )
+        assert len(errors) == 1 and ("does not exist" in errors[0].message or "not available" in errors[0].message)
 
 
 def test_agent_rollback_call_starts_a_review() -> None:
     env = WorkshopEnv()
     r = EpisodeRunner(env, RollbackCaller(1), AlwaysRecover(), PRESETS["rir"], Budgets(agent=6)).run(TASKS[0])
-    assert events(r, "review")[0]["trigger"] == "agent" and events(r, "restore")[0]["to"] == 1
+    assert events(r, "review")[0].trigger == "agent" and events(r, "restore")[0].to == 1
 
 
 def test_only_admissible_checkpoints_are_restored() -> None:
@@ -296,7 +322,7 @@ def test_only_admissible_checkpoints_are_restored() -> None:
 
     for task, _ in silent_error_tasks()[:2]:
         r = run("rir", task, WildWhere())
-        assert events(r, "locate_fallback") and all(e["to"] < 999 for e in events(r, "restore"))
+        assert events(r, "locate_fallback") and all(e.to < 999 for e in events(r, "restore"))
 
 
 def test_a_reflection_that_could_not_be_parsed_is_logged_as_a_fallback() -> None:
@@ -305,8 +331,8 @@ def test_a_reflection_that_could_not_be_parsed_is_logged_as_a_fallback() -> None
             return Decision("reflect", Reflection(), "{not json", parse_failures=2, meta={"fallback": True})
 
     reflects = events(run("rir", TASKS[0], GarbledWhat()), "reflect")
-    assert reflects and all(e["fallback"] and not e["budget_spent"] for e in reflects)
-    assert not any(e["fallback"] for e in events(run("rir", TASKS[0], AlwaysRecover()), "reflect"))
+    assert reflects and all(e.fallback and not e.budget_spent for e in reflects)
+    assert not any(e.fallback for e in events(run("rir", TASKS[0], AlwaysRecover()), "reflect"))
 
     class CostlyWhere(AlwaysRecover):  # a model-backed controller whose Where spends the whole budget
         uses_model = True
@@ -315,7 +341,7 @@ def test_a_reflection_that_could_not_be_parsed_is_logged_as_a_fallback() -> None
             return Decision("locate_fine", max(ctx.admissible), model_calls=1000)
 
     skipped = events(run("rir", TASKS[0], CostlyWhere()), "reflect")
-    assert skipped and all(e["budget_spent"] and not e["fallback"] for e in skipped)
+    assert skipped and all(e.budget_spent and not e.fallback for e in skipped)
 
 
 def test_eval_resumes_without_duplicates(tmp_path) -> None:
@@ -327,9 +353,9 @@ def test_eval_resumes_without_duplicates(tmp_path) -> None:
     run_jobs(jobs[:5], out)
     text = out.read_text()
     out.write_text(text + text.splitlines()[0][:40])  # a kill in the middle of a write
-    with pytest.warns(UserWarning, match="truncated"):
+    with pytest.warns(UserWarning, match="partial last line"):
         records = run_jobs(jobs, out)
-    ids = [r["episode_id"] for r in read_episodes(out)]
+    ids = [r.episode_id for r in read_records(out)]
     assert len(records) == len(jobs) == len(set(ids)) == len(ids)
     assert json.loads(out.read_text().splitlines()[0])["episode_id"] == jobs[0].episode_id
 
@@ -368,7 +394,7 @@ def test_ranked_decisions_choose_within_the_closed_set() -> None:
     ctrl = PromptedController(backend, "prompted:rank")
     task, err = silent_error_tasks()[0]
     r = run("rir", task, ctrl, Budgets(agent=60, rollback=1))
-    assert events(r, "review")[0]["decision"] == "recover" and r["parse_failures"] == 0
+    assert events(r, "review")[0].decision == "recover" and r.parse_failures == 0
     assert ['{"decision": "continue"', '{"decision": "recover"'] in backend.scored
     fine = [c for c in backend.scored if c[0].startswith('{"step"')]
     assert fine and all(c.startswith('{"step": ') for c in fine[0])

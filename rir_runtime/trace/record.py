@@ -1,0 +1,185 @@
+"""One episode's record and the append-only JSONL files that hold them.
+
+Every line of an episodes file is one `EpisodeRecord`: the outcome and costs that reports sum,
+and the typed event trace that labelling and analysis replay. Each line carries the schema
+version it was written with; `read_records` refuses an unknown version and any malformed line,
+naming the file and line, so a reader never guesses at a field's default. The only line it
+forgives is a partial last one (a run killed mid-write): that episode is simply run again.
+
+Schema history: 1 = the untyped event dicts of rir 0.1 (no version field); 2 = typed events and a
+version on every line. `rir trace upgrade <folder>` converts version 1 files.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterator
+from dataclasses import MISSING, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from rir_runtime.envs.base import TaskSpec
+from rir_runtime.errors import UserInputError
+from rir_runtime.memory import MemorySnapshot
+from rir_runtime.trace.events import Event, TraceFormatError, check_scalar, event_from_json, type_hints
+
+TRACE_SCHEMA_VERSION = 2
+
+
+class TraceError(UserInputError):
+    """An episodes file this version cannot read; the message names the file, the line and the fix."""
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    """One finished episode: what it was, how it ended, what it cost, and its event trace."""
+
+    env: str
+    task: str
+    split: str
+    variation: int
+    method: str
+    controller: str  # "-" for methods that never recover (react)
+    policy: str
+    success: bool
+    score: float
+    agent_calls: int
+    controller_calls: int
+    rollbacks: int
+    recoveries: int
+    env_steps: int
+    prompt_tokens: int
+    completion_tokens: int
+    wall_s: float
+    parse_failures: int
+    restore_divergences: int
+    oracle_env_steps: int
+    first_error_step: int | None
+    stop_reason: str
+    memory: MemorySnapshot
+    events: tuple[Event, ...]
+    # Set by the job that ran the episode (rir_runtime/jobs.py).
+    episode_id: str = ""
+    seed: int = 0
+    tag: str = ""
+    error_rate: float = 0.0
+    budget_agent: int = 0
+    budget_rollback: int = 0
+
+    @property
+    def task_spec(self) -> TaskSpec:
+        return TaskSpec(self.env, self.task, self.split, self.variation)
+
+    @property
+    def method_key(self) -> str:
+        """`<method>` for methods without a controller (react), else `<method>/<controller>`."""
+        return self.method if self.controller == "-" else f"{self.method}/{self.controller}"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema": TRACE_SCHEMA_VERSION}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "events":
+                out["events"] = [e.to_json() for e in value]
+            elif f.name == "memory":
+                out["memory"] = value.to_json()
+            else:
+                out[f.name] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EpisodeRecord:
+        """Build from one line's object (schema already checked); `TraceFormatError` on a bad field."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names - {"schema"})
+        if unknown:
+            raise TraceFormatError(f"unknown field(s) {unknown}")
+        missing = sorted(f.name for f in fields(cls) if f.name not in data and _required(f))
+        if missing:
+            raise TraceFormatError(f"record lacks field(s) {missing}")
+        hints = type_hints(cls)
+        values = {
+            k: check_scalar("record", k, v, hints) for k, v in data.items() if k not in ("schema", "events", "memory")
+        }
+        if not isinstance(data["events"], list) or not isinstance(data["memory"], dict):
+            raise TraceFormatError("'events' must be a list and 'memory' an object")
+        values["events"] = tuple(_event(e, i) for i, e in enumerate(data["events"]))
+        values["memory"] = MemorySnapshot.from_json(data["memory"])
+        return cls(**values)
+
+    def with_job(self, **job: Any) -> EpisodeRecord:
+        """The record with the running job's identity filled in (episode id, seed, budgets, ...)."""
+        return replace(self, **job)
+
+
+def _required(f: Any) -> bool:
+    return f.default is MISSING and f.default_factory is MISSING
+
+
+def _event(data: Any, i: int) -> Event:
+    try:
+        return event_from_json(data)
+    except TraceFormatError as err:
+        raise TraceFormatError(f"event {i}: {err}") from None
+
+
+# --- files ------------------------------------------------------------------------------------------------
+def parse_line(line: str, where: str) -> EpisodeRecord:
+    """One JSONL line as a record; `TraceError` naming `where` (file:line) and the fix."""
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise TraceError(f"{where}: not valid JSON ({err.msg}); the file is corrupt: restore or delete it") from None
+    if not isinstance(data, dict):
+        raise TraceError(f"{where}: a record must be a JSON object")
+    schema = data.get("schema", 1)
+    if schema != TRACE_SCHEMA_VERSION:
+        fix = (
+            f"convert the run folder with `rir trace upgrade {Path(where.rsplit(':', 1)[0]).parent}`"
+            if schema == 1
+            else "read it with the rir version that wrote it"
+        )
+        raise TraceError(
+            f"{where}: written with trace schema {schema}, this version reads {TRACE_SCHEMA_VERSION}: {fix}"
+        )
+    try:
+        return EpisodeRecord.from_json(data)
+    except TraceFormatError as err:
+        raise TraceError(f"{where}: malformed record: {err}") from None
+
+
+def read_records(path: Path) -> list[EpisodeRecord]:
+    """Every record of an episodes file (none when it does not exist)."""
+    return list(iter_records(path))
+
+
+def iter_records(path: Path) -> Iterator[EpisodeRecord]:
+    if not path.exists():
+        return
+    text = path.read_text()
+    lines = text.split("\n")
+    partial_tail = not text.endswith("\n") and bool(lines[-1].strip())
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if partial_tail and n == len(lines):
+            warnings.warn(f"{path}:{n}: ignoring a partial last line (a killed run); it will be rerun", stacklevel=2)
+            return
+        yield parse_line(line, f"{path}:{n}")
+
+
+def drop_partial_tail(path: Path) -> None:
+    """Cut a partial last line (a run killed mid-write) so the next record starts on a fresh line."""
+    if not path.exists() or not path.stat().st_size:
+        return
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return
+    path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+
+def append_record(fh: Any, record: EpisodeRecord) -> None:
+    """One line per finished episode, flushed at once: a kill loses at most the episodes in flight."""
+    fh.write(json.dumps(record.to_json()) + "\n")
+    fh.flush()
