@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rir_runtime.decisions import Decision, DecisionKind, Failure, Reflection, Review, dump, parse
-from rir_runtime.errors import ParseError, UnknownNameError
+from rir_runtime.errors import ParseError, RIRError, UnknownNameError
+from rir_runtime.llm.base import Backend
 from rir_runtime.prompts import DecisionContext, content_tokens, fit_decision
 from rir_runtime.structured import fill_reflection
 
@@ -50,7 +51,8 @@ ERROR_OBSERVATION = re.compile(
 
 class Controller(Protocol):
     name: str
-    uses_model: bool
+    uses_model: bool  # its decisions are model calls, counted against B_agent
+    uses_hindsight: bool  # it reads `ctx.hindsight` (the oracle); the loop provides it only then
 
     def review(self, ctx: DecisionContext) -> Decision: ...
     def locate_coarse(self, ctx: DecisionContext) -> Decision: ...
@@ -171,6 +173,7 @@ class HeuristicController:
 
     name = "heuristic"
     uses_model = False
+    uses_hindsight = False
 
     def review(self, ctx: DecisionContext) -> Decision:
         signal = failure_signal(ctx)
@@ -192,29 +195,35 @@ class HeuristicController:
 
 # --- oracle ---------------------------------------------------------------------------------------
 class OracleController(HeuristicController):
-    """Hindsight: `value(i)` re-executes the expert plan from checkpoint i (set by the loop)."""
+    """Hindsight: `ctx.hindsight.value(i)` re-executes the expert plan from checkpoint i. The loop
+    passes that view of the future in the context of this controller's decisions only."""
 
     name = "oracle"
+    uses_hindsight = True
 
     def __init__(self) -> None:
-        self.value: Callable[[int], float] | None = None
         self._best: dict[tuple[str, ...], int] = {}
+
+    @staticmethod
+    def _value(ctx: DecisionContext) -> Callable[[int], float]:
+        if ctx.hindsight is None:
+            raise RIRError("the oracle controller needs hindsight values: run it inside an EpisodeRunner")
+        return ctx.hindsight.value
 
     def _best_restore(self, ctx: DecisionContext) -> int:
         from rir_runtime.values import latest_best_bisect
 
         key = tuple(s.action for s in ctx.history)
         if key not in self._best:
-            assert self.value is not None, "the loop must attach a value probe to the oracle"
-            self._best = {key: latest_best_bisect(list(ctx.admissible), self.value)[0]}
+            self._best = {key: latest_best_bisect(list(ctx.admissible), self._value(ctx))[0]}
         return self._best[key]
 
     def review(self, ctx: DecisionContext) -> Decision:
-        assert self.value is not None, "the loop must attach a value probe to the oracle"
+        value = self._value(ctx)
         now = len(ctx.history)
-        if ctx.history and ctx.history[-1].lost or now not in ctx.admissible or self.value(now) == 0.0:
+        if ctx.history and ctx.history[-1].lost or now not in ctx.admissible or value(now) == 0.0:
             best = self._best_restore(ctx) if ctx.admissible else None
-            if best is not None and self.value(best) > 0.0:
+            if best is not None and value(best) > 0.0:
                 return Decision("review", Review("recover", f"success is still possible from checkpoint {best}"))
         return Decision("review", Review("continue", "the branch can still succeed"))
 
@@ -253,10 +262,11 @@ class PromptedController:
     """
 
     uses_model = True
+    uses_hindsight = False
 
     def __init__(
         self,
-        backend: object,
+        backend: Backend,
         name: str,
         max_new_tokens: int = 160,
         max_prompt_tokens: int = 2048,
@@ -266,7 +276,7 @@ class PromptedController:
         self.name = name
         self.max_new_tokens = max_new_tokens
         self.max_prompt_tokens = max_prompt_tokens
-        self.rank = getattr(backend, "supports_scoring", False) if rank is None else rank
+        self.rank = backend.supports_scoring if rank is None else rank
 
     def _ask(self, kind: DecisionKind, ctx: DecisionContext) -> Decision:
         messages = fit_decision(kind, ctx, self.max_prompt_tokens)
@@ -275,14 +285,14 @@ class PromptedController:
         if self.rank:
             options = candidates(kind, ctx)
             if options:
-                scores = self.backend.score(messages, [text for text, _ in options])  # type: ignore[attr-defined]
+                scores = self.backend.score(messages, [text for text, _ in options])
                 best = max(range(len(options)), key=lambda i: scores[i])
                 prompt_tokens = content_tokens(messages)
                 return Decision(kind, options[best][1], options[best][0], 0, 1, prompt_tokens, 0, {"ranked": True})
         calls = failures = p_tok = c_tok = 0
         raw = ""
         for _attempt in range(2):
-            completion = self.backend.generate([messages], max_new_tokens=self.max_new_tokens)[0]  # type: ignore[attr-defined]
+            completion = self.backend.generate([messages], max_new_tokens=self.max_new_tokens)[0]
             calls += 1
             p_tok += completion.prompt_tokens
             c_tok += completion.completion_tokens
@@ -318,6 +328,7 @@ class CompositeController:
         self.when, self.where, self.what = when, where, what
         self.name = f"when={when.name},where={where.name},what={what.name}"
         self.uses_model = when.uses_model or where.uses_model or what.uses_model
+        self.uses_hindsight = when.uses_hindsight or where.uses_hindsight or what.uses_hindsight
 
     def review(self, ctx: DecisionContext) -> Decision:
         return self.when.review(ctx)
@@ -342,7 +353,7 @@ CONTROLLER_KINDS = (
 )
 
 
-def make_controller(spec: str, backend_factory: Callable[[str], object] | None = None) -> Controller:
+def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None = None) -> Controller:
     """Resolve a controller name. `when=A;where=B;what=C` composes modules from three controllers."""
     if ";" in spec:
         parts = dict(p.split("=", 1) for p in spec.split(";") if "=" in p)
@@ -358,10 +369,11 @@ def make_controller(spec: str, backend_factory: Callable[[str], object] | None =
     if kind in ("random-review", "random-restore"):
         return ExploringController(kind == "random-review", kind == "random-restore")
     if kind in ("prompted", "tuned") and arg:
-        if backend_factory is None:
-            from rir_runtime.llm.backends import make_backend as backend_factory  # type: ignore[no-redef]
+        from rir_runtime.llm import make_backend
+
+        factory = backend_factory or make_backend
         # `tuned:<dir>` keeps its prefix: the backend factory loads base + adapter after checking its card
-        return PromptedController(backend_factory(spec if kind == "tuned" else arg), name=spec)
+        return PromptedController(factory(spec if kind == "tuned" else arg), name=spec)
     raise UnknownNameError("controller", spec, list(CONTROLLER_KINDS))
 
 

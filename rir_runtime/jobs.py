@@ -2,17 +2,15 @@
 into one job per (task, method, seed), run in parallel workers into an append-only JSONL file.
 
 Resuming is by episode id: finished episodes in the file are skipped, nothing is rewritten. A
-killed run loses at most the episodes in flight; a truncated last line is skipped with a warning.
+killed run loses at most the episodes in flight (a partial last line is cut before appending).
 """
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -21,8 +19,10 @@ from typing import Any
 
 from rir_runtime.envs import ENV_CLASSES, Env, TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.errors import UnknownNameError, UserInputError
+from rir_runtime.llm.base import Backend
 from rir_runtime.policies import MODES
 from rir_runtime.recovery import METHODS, PRESETS
+from rir_runtime.trace import EpisodeRecord, append_record, drop_partial_tail, read_records
 
 
 @dataclass
@@ -76,6 +76,13 @@ class SelectionConfig:
             raise ValueError("budgets must be >= 0")
         if self.workers < 1 or self.concurrency < 1:
             raise ValueError("workers and concurrency must be >= 1")
+        if self.workers > 1 and self.concurrency > 1:
+            raise ValueError(
+                f"workers={self.workers} and concurrency={self.concurrency} cannot be combined (concurrent episodes "
+                "run as threads of one process): drop --workers to batch one model's calls across episodes "
+                "(LLM policies and prompted or tuned controllers), or drop --concurrency to run episodes in "
+                "separate processes (noisy-expert policy with heuristic or oracle controllers)"
+            )
         if not self.seeds:
             raise ValueError("seeds is empty: pass at least one seed, e.g. --seeds 0")
         if not self.controller:
@@ -142,7 +149,7 @@ def check_controller_name(spec: str) -> None:
         name = part.split("=", 1)[-1]
         kind, _, arg = name.partition(":")
         if kind == "tuned" and arg:
-            from rir_runtime.tuned import read_card
+            from rir_runtime.llm.tuned import read_card
 
             read_card(arg)  # a wrong or stale adapter fails before any episode runs
             continue
@@ -154,16 +161,16 @@ def check_controller_name(spec: str) -> None:
 
 # --- running one job (inside a worker) --------------------------------------------------------------
 _THREAD = threading.local()  # one environment per thread: engines are not thread-safe
-_BACKENDS: dict[str, Any] = {}  # one model per process, shared by threads through batching
+_BACKENDS: dict[str, Backend] = {}  # one model per process, shared by threads through batching
 _BACKENDS_LOCK = threading.Lock()
 _BATCH = {"size": 1}
 
 
-def _backend(model: str) -> Any:
+def _backend(model: str) -> Backend:
+    """One backend per model and process; with concurrent episodes, wrapped to batch their calls."""
     with _BACKENDS_LOCK:
         if model not in _BACKENDS:
-            from rir_runtime.llm import make_backend
-            from rir_runtime.llm.batching import BatchingBackend
+            from rir_runtime.llm import BatchingBackend, make_backend
 
             backend = make_backend(model)
             _BACKENDS[model] = BatchingBackend(backend, _BATCH["size"]) if _BATCH["size"] > 1 else backend
@@ -179,7 +186,7 @@ def _env(name: str) -> Env:
     return envs[name]
 
 
-def run_job(job: EpisodeJob) -> dict[str, Any]:
+def run_job(job: EpisodeJob) -> EpisodeRecord:
     """Run one episode; environments and model backends are cached per worker process."""
     from rir_runtime.controllers import make_controller
     from rir_runtime.loop import Budgets, EpisodeRunner
@@ -200,8 +207,7 @@ def run_job(job: EpisodeJob) -> dict[str, Any]:
         Budgets(job.budget_agent, job.budget_rollback, job.max_steps),
         job.review_interval,
     )
-    record = runner.run(job.task)
-    record.update(
+    return runner.run(job.task).with_job(
         episode_id=job.episode_id,
         seed=job.seed,
         tag=job.tag,
@@ -209,57 +215,29 @@ def run_job(job: EpisodeJob) -> dict[str, Any]:
         budget_agent=job.budget_agent,
         budget_rollback=job.budget_rollback,
     )
-    if job.method == "react":
-        record["controller"] = "-"
-    return record
 
 
 # --- the append-only episode file ------------------------------------------------------------------
-def read_episodes(path: Path) -> list[dict[str, Any]]:
-    """Records of a JSONL file; a truncated or corrupt line is skipped with a warning."""
-    if not path.exists():
-        return []
-    records = []
-    for n, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            warnings.warn(f"{path}:{n}: skipping a truncated or corrupt line (a killed run?)", stacklevel=2)
-    return records
-
-
-def _repair_tail(path: Path) -> None:
-    """Make sure the file ends with a newline, so a new record never glues onto a partial line."""
-    if path.exists() and path.stat().st_size:
-        with path.open("rb+") as fh:
-            fh.seek(-1, 2)
-            if fh.read(1) != b"\n":
-                fh.write(b"\n")
-
-
 def run_jobs(
     jobs: list[EpisodeJob],
     out_file: Path,
     workers: int = 1,
     concurrency: int = 1,
-    on_record: Callable[[dict[str, Any]], None] | None = None,
+    on_record: Callable[[EpisodeRecord], None] | None = None,
     desc: str = "episodes",
-) -> list[dict[str, Any]]:
+) -> list[EpisodeRecord]:
     """Run the jobs not yet in `out_file`, appending one line per finished episode."""
     out_file.parent.mkdir(parents=True, exist_ok=True)
-    done_records = read_episodes(out_file)
-    done = {r.get("episode_id") for r in done_records}
+    done_records = read_records(out_file)
+    done = {r.episode_id for r in done_records}
     todo = [j for j in jobs if j.episode_id not in done]
     if len(todo) < len(jobs):
         print(f"resuming: {len(jobs) - len(todo)} of {len(jobs)} episodes already in {out_file}", file=sys.stderr)
-    _repair_tail(out_file)
-    new: list[dict[str, Any]] = []
+    drop_partial_tail(out_file)
+    new: list[EpisodeRecord] = []
     with out_file.open("a") as fh, _progress(len(todo), desc) as bar:
         for record in _execute(todo, workers, concurrency):
-            fh.write(json.dumps(record) + "\n")
-            fh.flush()
+            append_record(fh, record)
             new.append(record)
             if on_record:
                 on_record(record)
@@ -267,7 +245,7 @@ def run_jobs(
     return done_records + new
 
 
-def _execute(jobs: list[EpisodeJob], workers: int, concurrency: int = 1) -> Iterator[dict[str, Any]]:
+def _execute(jobs: list[EpisodeJob], workers: int, concurrency: int = 1) -> Iterator[EpisodeRecord]:
     if concurrency > 1:
         _BATCH["size"] = concurrency
         with ThreadPoolExecutor(concurrency) as pool:
@@ -291,9 +269,9 @@ class _progress:
         self.bar = tqdm(total=total, desc=desc, unit="ep", file=sys.stderr, disable=total == 0, mininterval=2.0)
         self.start, self.n, self.wins = time.perf_counter(), 0, 0
 
-    def update(self, record: dict[str, Any]) -> None:
+    def update(self, record: EpisodeRecord) -> None:
         self.n += 1
-        self.wins += bool(record.get("success"))
+        self.wins += record.success
         per_min = 60 * self.n / max(time.perf_counter() - self.start, 1e-9)
         self.bar.set_postfix(success=f"{self.wins / self.n:.0%}", ep_per_min=f"{per_min:.1f}")
         self.bar.update(1)

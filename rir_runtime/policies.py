@@ -17,6 +17,7 @@ from typing import Literal, Protocol
 from rir_runtime.envs.base import Env
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UnknownNameError
+from rir_runtime.llm.base import Backend
 from rir_runtime.memory import ReflectionMemory
 from rir_runtime.prompts import content_tokens, render_agent
 
@@ -183,7 +184,7 @@ class LLMPolicy:
     """
 
     def __init__(
-        self, backend: object, mode: Literal["rank", "generate", "constrain"] = "rank", name: str = "llm"
+        self, backend: Backend, mode: Literal["rank", "generate", "constrain"] = "rank", name: str = "llm"
     ) -> None:
         if mode not in MODES:
             raise UnknownNameError("LLM action mode", mode, list(MODES))
@@ -194,23 +195,23 @@ class LLMPolicy:
         if not ctx.actions:
             return AgentAction("respond", "no valid actions")
         if self.mode == "rank" and len(ctx.actions) <= MAX_LISTED_ACTIONS:
-            scores = self.backend.score(messages, [f"Action: {a}" for a in ctx.actions])  # type: ignore[attr-defined]
+            scores = self.backend.score(messages, [f"Action: {a}" for a in ctx.actions])
             best = max(range(len(ctx.actions)), key=lambda i: scores[i])
             tokens = content_tokens(messages)
             return AgentAction("task", ctx.actions[best], prompt_tokens=tokens)
         if self.mode == "constrain":
             choices = [f"Action: {a}" for a in ctx.actions] + ["Action: rollback"]
-            best, completion = self.backend.choose(messages, choices)  # type: ignore[attr-defined]
-            kind, text = ("rollback", "rollback") if best == len(ctx.actions) else ("task", ctx.actions[best])
+            best, completion = self.backend.choose(messages, choices)
+            kind: Literal["task", "rollback"] = "rollback" if best == len(ctx.actions) else "task"
             return AgentAction(
                 kind,
-                text,
-                prompt_tokens=completion.prompt_tokens,  # type: ignore[arg-type]
+                "rollback" if kind == "rollback" else ctx.actions[best],
+                prompt_tokens=completion.prompt_tokens,
                 completion_tokens=completion.completion_tokens,
             )
         p_tok = c_tok = 0
         for attempt in range(2):
-            completion = self.backend.generate([messages], max_new_tokens=40, stop=["\n"])[0]  # type: ignore[attr-defined]
+            completion = self.backend.generate([messages], max_new_tokens=40, stop=["\n"])[0]
             p_tok += completion.prompt_tokens
             c_tok += completion.completion_tokens
             action, error = match_action(completion.text, ctx.actions)

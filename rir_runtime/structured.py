@@ -19,9 +19,9 @@ request); its six decoding passes are in `meta["passes"]` and all their tokens a
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from rir_runtime.decisions import Decision, Failure, Reflection
+from rir_runtime.llm.base import Backend
 from rir_runtime.prompts import DecisionContext, Messages, content_tokens
 
 SLOT_TOKENS = 64  # one value; the heuristic What's condition and outcome are clipped near this length
@@ -46,7 +46,7 @@ def _as_strings(text: str) -> list[str]:
 class _Form:
     """One reply being written: the runtime appends fixed text, the model appends values."""
 
-    def __init__(self, backend: Any, messages: Messages) -> None:
+    def __init__(self, backend: Backend, messages: Messages) -> None:
         self.backend, self.messages, self.text = backend, messages, ""
         self.calls = self.prompt_tokens = self.completion_tokens = 0
 
@@ -71,7 +71,7 @@ class _Form:
         return options[max(range(len(options)), key=lambda i: scores[i])]
 
 
-def fill_reflection(backend: Any, messages: Messages, ctx: DecisionContext) -> Decision:
+def fill_reflection(backend: Backend, messages: Messages, ctx: DecisionContext) -> Decision:
     """A reflection whose structure the runtime guarantees; the values are the model's."""
     form = _Form(backend, messages)
     lists: dict[str, list[str]] = {}

@@ -115,7 +115,7 @@ def agent_adapter(tmp_path_factory) -> Path:
 def test_tiny_agent_adapter_trains_loads_as_policy_and_acts(agent_adapter: Path) -> None:
     import json
 
-    from rir_runtime.llm.backends import make_backend
+    from rir_runtime.llm import make_backend
 
     card = json.loads((agent_adapter / "rir_controller.json").read_text())
     assert card["kind"] == "agent" and card["decision_types"] == ["agent"]
@@ -132,7 +132,7 @@ def test_tiny_agent_adapter_trains_loads_as_policy_and_acts(agent_adapter: Path)
 
 def test_agent_and_controller_adapters_are_not_interchangeable(agent_adapter: Path) -> None:
     from rir_runtime.jobs import check_controller_name
-    from rir_runtime.tuned import read_card
+    from rir_runtime.llm.tuned import read_card
 
     with pytest.raises(UserInputError, match="is an agent adapter, not a controller adapter.*--policy llm:"):
         check_controller_name(f"tuned:{agent_adapter}")

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from rir_runtime.errors import ModelLoadError
+from rir_runtime.errors import ModelLoadError, UserInputError
 from rir_runtime.llm import (
     Completion,
     OpenAIBackend,
     TransformersBackend,
     list_models,
     load_model_and_tokenizer,
+    load_transformers_backend,
     make_backend,
     prepare_model,
     resolve_model,
@@ -32,7 +33,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def tiny() -> TransformersBackend:
-    return TransformersBackend(TINY, max_batch_size=8)
+    return load_transformers_backend(TINY, max_batch_size=8)
 
 
 def test_tiny_builds_saves_and_reloads(tmp_path: Path) -> None:
@@ -69,6 +70,21 @@ def test_stop_strings_truncate(tiny: TransformersBackend) -> None:
         assert c.text == truncate_at_stop(f.text, [stop])
     assert cut[row].completion_tokens < full[row].completion_tokens  # generation itself stopped, pads not counted
     assert truncate_at_stop("a\nb. c", ["x", ".", "\n"]) == "a"
+
+
+def test_batched_stop_counts_the_tokens_it_counts_alone_when_pad_is_eos() -> None:
+    """SmolLM2's pad token is its EOS: the padding after a row that a stop string ended is no EOS."""
+    model, tok = load_model_and_tokenizer(TINY)
+    tok.pad_token = tok.eos_token
+    backend = TransformersBackend(model, tok, "transformers:tiny-pad-is-eos", max_batch_size=8)
+    full = backend.generate(PROMPTS, max_new_tokens=16)
+    # the first character of a row's reply that is not in the longest row's reply: that row stops on it early
+    longest = max(full, key=lambda c: c.completion_tokens).text
+    stop = next(ch for c in full for ch in c.text[1:-1] if ch.isascii() and ch.isprintable() and ch not in longest)
+    batched = backend.generate(PROMPTS, max_new_tokens=16, stop=[stop])
+    alone = [backend.generate([p], max_new_tokens=16, stop=[stop])[0] for p in PROMPTS]
+    assert min(c.completion_tokens for c in batched) < max(c.completion_tokens for c in batched)  # padding happened
+    assert batched == alone
 
 
 def test_score_ranks_and_matches_single(tiny: TransformersBackend) -> None:
@@ -177,8 +193,11 @@ def test_openai_backend_against_local_server(monkeypatch: pytest.MonkeyPatch) ->
         assert {s["path"] for s in _Canned.seen} == {"/v1/chat/completions"}
         assert _Canned.seen[0]["model"] == "my/model" and _Canned.seen[0]["auth"] == "Bearer sk-test"
         assert _Canned.seen[0]["stop"] == ["\n"] and _Canned.seen[0]["max_tokens"] == 8
-        with pytest.raises(NotImplementedError):
+        assert not backend.supports_scoring
+        with pytest.raises(UserInputError, match="cannot score continuations.*generate mode"):
             backend.score(PROMPTS[0], ["a"])
+        with pytest.raises(UserInputError, match="cannot constrain decoding.*generate mode"):
+            backend.choose(PROMPTS[0], ["a"])
     finally:
         server.shutdown()
 
@@ -220,6 +239,6 @@ def test_smollm2_prepares_unquantized_and_answers(tmp_path: Path, monkeypatch: p
     model, tok = load_model_and_tokenizer("smollm2-135m-instruct")
     assert getattr(model, "hf_quantizer", None) is None and not getattr(model, "is_quantized", False)
     assert not hasattr(model.config, "quantization_config") and tok.chat_template
-    backend = TransformersBackend("smollm2-135m-instruct")
+    backend = load_transformers_backend("smollm2-135m-instruct")
     out = backend.generate([[{"role": "user", "content": "What is the capital of France?"}]], max_new_tokens=12)[0]
     assert "Paris" in out.text and out.completion_tokens > 0

@@ -1,7 +1,8 @@
-"""Generation and scoring backends: local transformers (batched) and OpenAI-compatible HTTP servers.
+"""The model backends: a local transformers model (batched) and OpenAI-compatible HTTP servers.
 
-Policies and prompted controllers see only the `Backend` protocol, so a run can switch between a
-CPU model in-process and a vLLM / SGLang / llama.cpp server by changing one spec string.
+Policies and prompted controllers see only the `Backend` protocol (`base.py`), so a run can switch
+between a CPU model in-process and a vLLM / SGLang / llama.cpp server by changing one spec string
+(`factory.make_backend`).
 """
 
 from __future__ import annotations
@@ -11,48 +12,12 @@ import os
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from rir_runtime.errors import ModelLoadError, RIRError
-
-Messages = list[dict[str, str]]
-Prompt = Messages | str
-
-
-@dataclass(frozen=True)
-class Completion:
-    text: str
-    prompt_tokens: int
-    completion_tokens: int
-
-
-@runtime_checkable
-class Backend(Protocol):
-    name: str
-    supports_scoring: bool
-
-    def generate(
-        self,
-        prompts: list[Messages] | list[str],
-        *,
-        max_new_tokens: int,
-        stop: list[str] | None = None,
-        temperature: float = 0.0,
-    ) -> list[Completion]:
-        """One completion per prompt; chat prompts get the model's chat template."""
-        ...
-
-    def score(self, prompt: Prompt, continuations: list[str]) -> list[float]:
-        """Summed log-likelihood of each continuation right after the (rendered) prompt."""
-        ...
-
-
-def truncate_at_stop(text: str, stop: list[str] | None) -> str:
-    """Cut at the earliest stop string (servers and stop_strings may overshoot by a token)."""
-    cuts = [i for s in stop or [] if s and (i := text.find(s)) >= 0]
-    return text[: min(cuts)] if cuts else text
+from rir_runtime.errors import ModelLoadError, RIRError, UserInputError
+from rir_runtime.llm.base import Completion, Prompt, truncate_at_stop
 
 
 def default_device() -> str:
@@ -62,36 +27,32 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def set_num_threads(num_threads: int | None) -> None:
+    """Process-wide torch threads; 1 per worker avoids OpenMP spin-wait collapse on a busy CPU."""
+    if num_threads:
+        import torch
+
+        torch.set_num_threads(num_threads)
+
+
 class TransformersBackend:
-    """A local causal LM: many prompts per `generate` call, left padding, greedy at temperature 0."""
+    """A loaded causal LM: many prompts per `generate` call, left padding, greedy at temperature 0.
+
+    It takes a model that is already loaded, so every way of loading one (a registered name,
+    `load_transformers_backend`; a base model plus adapter, `tuned.load_tuned_backend`) shares
+    the same generation, scoring and constrained decoding.
+    """
 
     supports_scoring = True
-    # Class-level defaults: subclasses that load their own model (tuned adapters) skip __init__.
-    _stop_strings_ok = True
-    _prefix_cache_ok = True
 
-    def __init__(
-        self,
-        model_name_or_path: str,
-        dtype: Any = "auto",
-        device: str | None = None,
-        max_batch_size: int = 16,
-        num_threads: int | None = None,
-    ) -> None:
-        from rir_runtime.llm.registry import load_model_and_tokenizer
-
-        device = device or default_device()
-        if num_threads:  # process-wide; 1 per worker avoids OpenMP spin-wait collapse on a busy CPU
-            import torch
-
-            torch.set_num_threads(num_threads)
-
-        self.model, self.tokenizer = load_model_and_tokenizer(model_name_or_path, dtype=dtype, device=device)
+    def __init__(self, model: Any, tokenizer: Any, name: str, device: str = "cpu", max_batch_size: int = 16) -> None:
+        self.model, self.tokenizer, self.name = model, tokenizer, name
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.tokenizer.padding_side = "left"
         self.device, self.max_batch_size = device, max(1, max_batch_size)
-        self.name = f"transformers:{model_name_or_path}"
+        self._stop_strings_ok = True  # cleared when a tokenizer cannot build stop-string tables
+        self._prefix_cache_ok = True  # cleared when a cache class cannot be repeated over a batch
 
     def _encode(self, prompt: Prompt) -> list[int]:
         """Chat messages through the chat template (which adds BOS itself); raw text with specials.
@@ -116,7 +77,7 @@ class TransformersBackend:
 
     def generate(
         self,
-        prompts: list[Messages] | list[str],
+        prompts: Sequence[Prompt],
         *,
         max_new_tokens: int,
         stop: list[str] | None = None,
@@ -155,18 +116,29 @@ class TransformersBackend:
                     self._stop_strings_ok = False
             if out is None:
                 out = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-        eos = self.model.generation_config.eos_token_id
-        eos_ids = set([eos] if isinstance(eos, int) else (eos or [])) | {self.tokenizer.eos_token_id}
+        stopped_on = stop if stop and self._stop_strings_ok else None
         completions = []
         for row, new in zip(rows, out[:, ids.shape[1] :].tolist(), strict=True):
-            n = next((k + 1 for k, t in enumerate(new) if t in eos_ids), None)  # after EOS is padding
-            if n is None:  # stopped by a stop string (then padded while the batch went on) or by length
-                n = len(new)
-                while n and new[n - 1] == self.tokenizer.pad_token_id:
-                    n -= 1
+            n = self._generated_length(new, stopped_on)
             text = self.tokenizer.decode(new[:n], skip_special_tokens=True)
             completions.append(Completion(truncate_at_stop(text, stop), len(row), n))
         return completions
+
+    def _generated_length(self, new: list[int], stopped_on: list[str] | None) -> int:
+        """How many of a row's new tokens the model generated: the rest is padding, added while the
+        batch went on. When the pad token is the EOS token (SmolLM2's is), the padding after a row
+        that a stop string ended reads as an EOS the model never generated; counting it would make
+        `completion_tokens` depend on which other prompts shared the batch."""
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set([eos] if isinstance(eos, int) else (eos or [])) | {self.tokenizer.eos_token_id}
+        k = next((k for k, t in enumerate(new) if t in eos_ids), None)
+        if k is not None:
+            text = self.tokenizer.decode(new[:k], skip_special_tokens=True)
+            return k if stopped_on and any(s and s in text for s in stopped_on) else k + 1
+        n = len(new)  # stopped by a stop string (then padded while the batch went on) or by length
+        while n and new[n - 1] == self.tokenizer.pad_token_id:
+            n -= 1
+        return n
 
     def choose(self, prompt: Prompt, choices: list[str]) -> tuple[int, Completion]:
         """Greedy decoding that can only spell one of `choices`: at each step the vocabulary is cut
@@ -288,6 +260,22 @@ class TransformersBackend:
         return scores
 
 
+def load_transformers_backend(
+    model_name_or_path: str,
+    dtype: Any = "auto",
+    device: str | None = None,
+    max_batch_size: int = 16,
+    num_threads: int | None = None,
+) -> TransformersBackend:
+    """A `TransformersBackend` over a registered model, a local folder or a hub id (see `registry.py`)."""
+    from rir_runtime.llm.registry import load_model_and_tokenizer
+
+    set_num_threads(num_threads)
+    device = device or default_device()
+    model, tokenizer = load_model_and_tokenizer(model_name_or_path, dtype=dtype, device=device)
+    return TransformersBackend(model, tokenizer, f"transformers:{model_name_or_path}", device, max_batch_size)
+
+
 class OpenAIBackend:
     """An OpenAI-compatible server (vLLM, SGLang, llama.cpp): chat messages go to /chat/completions,
     raw strings to /completions; a batch is sent as concurrent requests."""
@@ -346,7 +334,7 @@ class OpenAIBackend:
 
     def generate(
         self,
-        prompts: list[Messages] | list[str],
+        prompts: Sequence[Prompt],
         *,
         max_new_tokens: int,
         stop: list[str] | None = None,
@@ -358,44 +346,13 @@ class OpenAIBackend:
             return list(pool.map(lambda p: self._one(p, max_new_tokens, stop, temperature), prompts))
 
     def choose(self, prompt: Prompt, choices: list[str]) -> tuple[int, Completion]:
-        raise NotImplementedError(
-            f"{self.name} cannot constrain decoding to a list of choices; use generate mode or a transformers backend"
+        raise UserInputError(
+            f"{self.name} cannot constrain decoding to a list of choices (this client sends plain completion "
+            "requests): use generate mode (--policy-mode generate) or a local transformers model"
         )
 
     def score(self, prompt: Prompt, continuations: list[str]) -> list[float]:
-        raise NotImplementedError(
-            f"{self.name} cannot score continuations (chat APIs return no prompt "
-            "log-probabilities); use generate mode or a transformers backend"
+        raise UserInputError(
+            f"{self.name} cannot score continuations (chat APIs return no prompt log-probabilities): "
+            "use generate mode (--policy-mode generate) or a local transformers model"
         )
-
-
-def make_backend(spec: str, **kwargs: Any) -> Backend:
-    """Build a backend from one string.
-
-    - `openai:<model>@<base_url>`, e.g. `openai:Qwen/Qwen2.5-7B-Instruct@http://localhost:8000/v1`
-      (`/v1` is appended when missing; the API key, if any, is read from $OPENAI_API_KEY);
-      `openai:<model>` alone uses $OPENAI_BASE_URL, else https://api.openai.com/v1.
-    - `tuned:<adapter-folder>`: a controller adapter from `rir train sft|dpo` over its base model.
-    - `transformers:<name>` or just `<name>`: a registered model, a local folder (an agent adapter
-      from `rir train agent-sft` included) or a hub id, run in-process (kwargs: dtype, device,
-      max_batch_size).
-    """
-    if spec.startswith("openai:"):
-        rest = spec[len("openai:") :]
-        cut = max(rest.rfind("@http://"), rest.rfind("@https://"))
-        model, base = (rest[:cut], rest[cut + 1 :]) if cut >= 0 else (rest, "")
-        base = base or os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
-        if not model:
-            raise ModelLoadError(f"backend spec '{spec}' names no model: use openai:<model>@<base_url>")
-        return OpenAIBackend(base, model, **kwargs)
-    if spec.startswith("tuned:"):  # a controller adapter (base model + LoRA), checked by its card
-        from rir_runtime.tuned import load_tuned_backend
-
-        return load_tuned_backend(spec, **kwargs)
-    if spec.startswith("transformers:"):
-        spec = spec[len("transformers:") :]
-    if os.path.isfile(os.path.join(os.path.expanduser(spec), "rir_controller.json")):  # an agent adapter as policy
-        from rir_runtime.tuned import load_tuned_backend
-
-        return load_tuned_backend(spec, expect="agent", **kwargs)
-    return TransformersBackend(spec, **kwargs)

@@ -1,7 +1,7 @@
-"""`tuned:<adapter-folder>` controllers: a base model plus a LoRA adapter trained by `rir train`.
+"""Tuned backends: a base model plus a LoRA adapter trained by `rir train` (`tuned:<adapter-folder>`).
 
 An adapter folder holds the PEFT adapter, the tokenizer, and `rir_controller.json` (the card
-written by `train/common.py`): what it is (`kind`), which base model it was trained on, which
+written at the end of training, `train/card.py`): what it is (`kind`), which base model it was trained on, which
 decision types, and the `prompt_format_version` of the renderer that built its training data. A
 controller adapter only works with prompts rendered the same way, so a version mismatch is an
 error, not a warning.
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rir_runtime.errors import ModelLoadError, UserInputError
-from rir_runtime.llm.backends import TransformersBackend, default_device
+from rir_runtime.llm.backends import TransformersBackend, default_device, set_num_threads
 from rir_runtime.prompts import PROMPT_FORMAT_VERSION
 
 CARD = "rir_controller.json"
@@ -120,6 +120,23 @@ def load_tuned_model(
     return model.to(device).eval(), tokenizer, card
 
 
+class TunedBackend(TransformersBackend):
+    """`TransformersBackend` over base model + adapter: same batching, chat template, stop strings,
+    scoring and constrained decoding; it adds the adapter's card (what the adapter was trained for)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        name: str,
+        card: dict[str, Any],
+        device: str = "cpu",
+        max_batch_size: int = 16,
+    ) -> None:
+        super().__init__(model, tokenizer, name, device, max_batch_size)
+        self.card = card
+
+
 def load_tuned_backend(
     adapter_dir: str,
     merge: bool = False,
@@ -129,37 +146,17 @@ def load_tuned_backend(
     num_threads: int | None = None,
     expect: str = "controller",
 ) -> TunedBackend:
-    """A `TransformersBackend` (`generate`, `score`) serving base model + adapter.
+    """A `TunedBackend` serving base model + adapter, after its card is checked.
 
     The controller passes chat messages; the backend applies the tokenizer's chat template, so the
     served prompt is the one the adapter was trained on. `merge=True` folds LoRA into the weights
     (faster generation; the base model is no longer reachable). A `tuned:` prefix is accepted.
     """
-    import torch
-
-    if num_threads:  # as TransformersBackend: process-wide
-        torch.set_num_threads(num_threads)
+    set_num_threads(num_threads)
     adapter_dir = adapter_dir.removeprefix("tuned:")
     device = device or default_device()
     model, tokenizer, card = load_tuned_model(adapter_dir, merge=merge, device=device, dtype=dtype, expect=expect)
-    backend = TunedBackend(model, tokenizer, f"tuned:{adapter_dir}", device, max_batch_size)
-    backend.card = card
-    return backend
-
-
-class TunedBackend(TransformersBackend):
-    """`TransformersBackend` over an already loaded model (base + adapter): same batching, chat
-    template, stop strings and scoring; only the loading differs."""
-
-    def __init__(self, model: Any, tokenizer: Any, name: str, device: str = "cpu", max_batch_size: int = 16) -> None:
-        self.model, self.tokenizer = model, tokenizer
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.tokenizer.padding_side = "left"
-        self.device, self.max_batch_size = device, max(1, max_batch_size)
-        self.name = name
-        self.card: dict[str, Any] = {}
-        self._stop_strings_ok = True
+    return TunedBackend(model, tokenizer, f"tuned:{adapter_dir}", card, device, max_batch_size)
 
 
 def _first_line(exc: BaseException) -> str:

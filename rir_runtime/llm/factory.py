@@ -1,0 +1,38 @@
+"""`make_backend`: one spec string to a backend, so a run switches models by changing one flag."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rir_runtime.errors import ModelLoadError
+from rir_runtime.llm.backends import OpenAIBackend, load_transformers_backend
+from rir_runtime.llm.base import Backend
+from rir_runtime.llm.tuned import CARD, load_tuned_backend
+
+
+def make_backend(spec: str, **kwargs: Any) -> Backend:
+    """Build a backend from one string.
+
+    - `openai:<model>@<base_url>`, e.g. `openai:Qwen/Qwen2.5-7B-Instruct@http://localhost:8000/v1`
+      (`/v1` is appended when missing; the API key, if any, is read from $OPENAI_API_KEY);
+      `openai:<model>` alone uses $OPENAI_BASE_URL, else https://api.openai.com/v1.
+    - `tuned:<adapter-folder>`: a controller adapter from `rir train sft|dpo` over its base model.
+    - `transformers:<name>` or just `<name>`: a registered model, a local folder (an agent adapter
+      from `rir train agent-sft` included) or a hub id, run in-process (kwargs: dtype, device,
+      max_batch_size, num_threads).
+    """
+    if spec.startswith("openai:"):
+        rest = spec[len("openai:") :]
+        cut = max(rest.rfind("@http://"), rest.rfind("@https://"))
+        model, base = (rest[:cut], rest[cut + 1 :]) if cut >= 0 else (rest, "")
+        base = base or os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
+        if not model:
+            raise ModelLoadError(f"backend spec '{spec}' names no model: use openai:<model>@<base_url>")
+        return OpenAIBackend(base, model, **kwargs)
+    if spec.startswith("tuned:"):  # a controller adapter (base model + LoRA), checked by its card
+        return load_tuned_backend(spec, **kwargs)
+    spec = spec.removeprefix("transformers:")
+    if os.path.isfile(os.path.join(os.path.expanduser(spec), CARD)):  # an agent adapter as policy
+        return load_tuned_backend(spec, expect="agent", **kwargs)
+    return load_transformers_backend(spec, **kwargs)
