@@ -11,7 +11,8 @@ import matplotlib
 matplotlib.use("Agg")  # no display needed; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 
-from eval.summary import method_key, restore_offsets, summarize_group, wilson_interval  # noqa: E402
+from eval.summary import restore_offsets, summarize_group, wilson_interval  # noqa: E402
+from rir_runtime.trace import EpisodeRecord  # noqa: E402
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -21,14 +22,14 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def plot_success(records: list[dict[str, Any]], out: Path) -> Path:
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def plot_success(records: list[EpisodeRecord], out: Path) -> Path:
+    groups: dict[str, list[EpisodeRecord]] = defaultdict(list)
     for r in records:
-        groups[method_key(r)].append(r)
+        groups[r.method_key].append(r)
     names = sorted(groups, key=lambda k: summarize_group(groups[k])["success_rate"])
     rates, lows, highs = [], [], []
     for name in names:
-        wins, n = sum(r["success"] for r in groups[name]), len(groups[name])
+        wins, n = sum(r.success for r in groups[name]), len(groups[name])
         lo, hi = wilson_interval(wins, n)
         rates.append(wins / n)
         lows.append(wins / n - lo)
@@ -40,10 +41,10 @@ def plot_success(records: list[dict[str, Any]], out: Path) -> Path:
     return _save(fig, out / "success_rate.png")
 
 
-def plot_budget(records: list[dict[str, Any]], out: Path) -> Path:
+def plot_budget(records: list[EpisodeRecord], out: Path) -> Path:
     groups: dict[str, dict[int, list[bool]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
-        groups[method_key(r)][int(r["budget_agent"])].append(bool(r["success"]))
+        groups[r.method_key][int(r.budget_agent)].append(bool(r.success))
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, by_budget in sorted(groups.items()):
         budgets = sorted(by_budget)
@@ -55,10 +56,10 @@ def plot_budget(records: list[dict[str, Any]], out: Path) -> Path:
     return _save(fig, out / "success_vs_budget.png")
 
 
-def plot_rollbacks(records: list[dict[str, Any]], out: Path) -> Path:
+def plot_rollbacks(records: list[EpisodeRecord], out: Path) -> Path:
     groups: dict[str, list[int]] = defaultdict(list)
     for r in records:
-        groups[method_key(r)].append(r["rollbacks"])
+        groups[r.method_key].append(r.rollbacks)
     names = sorted(groups)
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.5))
     ax.barh(names, [sum(v) / len(v) for v in (groups[n] for n in names)], color="#DD8452")
@@ -66,7 +67,7 @@ def plot_rollbacks(records: list[dict[str, Any]], out: Path) -> Path:
     return _save(fig, out / "rollbacks.png")
 
 
-def plot_restore_offsets(records: list[dict[str, Any]], out: Path) -> Path:
+def plot_restore_offsets(records: list[EpisodeRecord], out: Path) -> Path:
     offsets = restore_offsets(records)
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, values in sorted(offsets.items()):
@@ -80,7 +81,7 @@ def plot_restore_offsets(records: list[dict[str, Any]], out: Path) -> Path:
     return _save(fig, out / "restore_offsets.png")
 
 
-def write_plots(records: list[dict[str, Any]], out: Path, sweep: bool) -> list[Path]:
+def write_plots(records: list[EpisodeRecord], out: Path, sweep: bool) -> list[Path]:
     paths = [plot_success(records, out), plot_rollbacks(records, out), plot_restore_offsets(records, out)]
     if sweep:
         paths.append(plot_budget(records, out))

@@ -6,26 +6,72 @@ import json
 from pathlib import Path
 from typing import Any
 
+from eval.paired import ALPHA, PairedComparison, find_comparison
 from eval.summary import restore_offsets, summarize
+from rir_runtime.trace import EpisodeRecord
+
+BASELINE = "react"  # the method without recovery: what every other row is compared to when it ran
+
+
+def reference_method(summary: dict[str, Any]) -> str | None:
+    """The row the main table compares against: react (no recovery) when it ran, else the best method."""
+    methods = summary.get("methods", {})
+    if not methods:
+        return None
+    return BASELINE if BASELINE in methods else max(methods, key=lambda k: methods[k]["success_rate"])
+
+
+def versus_cell(summary: dict[str, Any], name: str, reference: str) -> str:
+    """`+12.5 pts (p=0.031)*`: the paired difference of `name` minus `reference` and its McNemar p-value."""
+    if name == reference:
+        return "ref"
+    c = find_comparison(summary, name, reference)
+    if c is None or c.episodes == 0:
+        return "n/a"
+    return f"{c.diff * 100:+.1f} pts (p={c.p_value:.3g}){'*' if c.significant else ''}"
 
 
 def table(summary: dict[str, Any]) -> str:
+    """The main table; with paired tests in the summary, a column compares each row to react (or the best)."""
+    reference = reference_method(summary) if "paired" in summary else None
+    versus = f" vs {reference} |" if reference else ""
     rows = [
-        "| method | episodes | success | 95% CI | mean score | agent calls | rollbacks | env steps | wall s |",
-        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| method | episodes | success | 95% CI |" + versus + " mean score | agent calls | rollbacks | env steps "
+        "| wall s |",
+        "| --- | ---: | ---: | --- |" + (" ---: |" if reference else "") + " ---: | ---: | ---: | ---: | ---: |",
     ]
     ranked = sorted(summary["methods"].items(), key=lambda kv: -kv[1]["success_rate"])
     for name, s in ranked:
         lo, hi = s["success_ci95"]
+        cell = f" {versus_cell(summary, name, reference)} |" if reference else ""
         rows.append(
-            f"| {name} | {s['episodes']} | {s['success_rate']:.1%} | [{lo:.1%}, {hi:.1%}] | "
+            f"| {name} | {s['episodes']} | {s['success_rate']:.1%} | [{lo:.1%}, {hi:.1%}] |{cell} "
             f"{s['mean_score']:.1f} | {s['agent_calls']:.1f} | {s['rollbacks']:.2f} | "
             f"{s['env_steps']:.1f} | {s['wall_s']:.2f} |"
         )
     return "\n".join(rows)
 
 
-def offsets_table(records: list[dict[str, Any]]) -> str:
+def paired_table(summary: dict[str, Any]) -> str:
+    """Every pair of methods, the better one first, most significant first."""
+    comparisons = [PairedComparison.from_dict(e) for e in summary.get("paired", [])]
+    if not comparisons:
+        return ""
+    oriented = [c if c.a_only >= c.b_only else c.swapped() for c in comparisons]
+    rows = [
+        "| pair (a vs b) | paired episodes | a only | b only | difference | p |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for c in sorted(oriented, key=lambda c: (c.p_value, c.a, c.b)):
+        mark = "*" if c.significant else ""
+        rows.append(
+            f"| {c.a} vs {c.b} | {c.episodes} | {c.a_only} | {c.b_only} | {c.diff * 100:+.1f} pts | "
+            f"{c.p_value:.3g}{mark} |"
+        )
+    return "\n".join(rows)
+
+
+def offsets_table(records: list[EpisodeRecord]) -> str:
     offsets = restore_offsets(records)
     if not offsets:
         return ""
@@ -43,16 +89,16 @@ def offsets_table(records: list[dict[str, Any]]) -> str:
 
 
 def write_report(
-    records: list[dict[str, Any]],
+    records: list[EpisodeRecord],
     config: dict[str, Any],
     out: Path,
     title: str = "RIR evaluation",
-    all_records: list[dict[str, Any]] | None = None,
+    all_records: list[EpisodeRecord] | None = None,
 ) -> dict[str, Any]:
     """Write summary.json and report.md into `out`; returns the summary."""
     summary = summarize(records, config)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    envs = sorted({r["env"] for r in records})
+    envs = sorted({r.env for r in records})
     lines = [
         f"# {title}",
         "",
@@ -63,6 +109,18 @@ def write_report(
         table(summary),
         "",
     ]
+    pairs = paired_table(summary)
+    if pairs:
+        lines += [
+            "## Paired differences",
+            "",
+            "Exact McNemar test on the episodes both methods ran (same task, variation, seed and budgets): a "
+            'two-sided binomial test on the pairs where exactly one method succeeded. "a only": the first method '
+            f"succeeded and the second failed. `*`: p < {ALPHA}, not corrected for the number of pairs.",
+            "",
+            pairs,
+            "",
+        ]
     offsets = offsets_table(records)
     if offsets:
         lines += [

@@ -1,8 +1,10 @@
-"""Summary statistics of episode records: success rate with a Wilson interval, and means.
+"""Summary statistics of episode records: success rate with a Wilson interval, means, and paired tests.
 
-`summarize` produces the `summary.json` body that DESIGN.md fixes as a contract:
+`summarize` produces the `summary.json` body, a contract other stages read:
 `{"methods": {"<method>[/<controller>]": {"episodes", "success_rate", "mean_score", "agent_calls",
-"rollbacks", "env_steps", "wall_s", ...}}, "config": {...}}`.
+"rollbacks", "env_steps", "wall_s", ...}}, "paired": [{"a", "b", "episodes", "a_only", "b_only", "diff",
+"p_value", "significant", ...}], "config": {...}}`. `paired` holds one exact McNemar comparison per
+unordered pair of method keys (see eval/paired.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
+
+from eval.paired import pairwise
+from rir_runtime.trace import EpisodeRecord, RestoreEvent
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -24,45 +29,43 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def method_key(record: dict[str, Any]) -> str:
-    """`<method>` for methods without a controller (react), else `<method>/<controller>`."""
-    controller = record.get("controller") or "-"
-    return record["method"] if controller == "-" else f"{record['method']}/{controller}"
-
-
 def _mean(values: list[float]) -> float:
     return round(sum(values) / len(values), 4) if values else 0.0
 
 
-def summarize_group(records: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize_group(records: list[EpisodeRecord]) -> dict[str, Any]:
     n = len(records)
-    wins = sum(bool(r["success"]) for r in records)
+    wins = sum(r.success for r in records)
     low, high = wilson_interval(wins, n)
     return {
         "episodes": n,
         "success_rate": round(wins / n, 4) if n else 0.0,
         "success_ci95": [round(low, 4), round(high, 4)],
-        "mean_score": _mean([float(r["score"]) for r in records]),
-        "agent_calls": _mean([r["agent_calls"] for r in records]),
-        "rollbacks": _mean([r["rollbacks"] for r in records]),
-        "env_steps": _mean([r["env_steps"] for r in records]),
-        "wall_s": _mean([r["wall_s"] for r in records]),
-        "parse_failures": _mean([r.get("parse_failures", 0) for r in records]),
+        "mean_score": _mean([float(r.score) for r in records]),
+        "agent_calls": _mean([r.agent_calls for r in records]),
+        "rollbacks": _mean([r.rollbacks for r in records]),
+        "env_steps": _mean([r.env_steps for r in records]),
+        "wall_s": _mean([r.wall_s for r in records]),
+        "parse_failures": _mean([r.parse_failures for r in records]),
     }
 
 
-def summarize(records: Iterable[dict[str, Any]], config: dict[str, Any]) -> dict[str, Any]:
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def summarize(records: Iterable[EpisodeRecord], config: dict[str, Any]) -> dict[str, Any]:
+    groups: dict[str, list[EpisodeRecord]] = defaultdict(list)
     for r in records:
-        groups[method_key(r)].append(r)
-    return {"methods": {k: summarize_group(v) for k, v in groups.items()}, "config": config}
+        groups[r.method_key].append(r)
+    return {
+        "methods": {k: summarize_group(v) for k, v in groups.items()},
+        "paired": [c.to_dict() for c in pairwise(groups)],
+        "config": config,
+    }
 
 
-def restore_offsets(records: list[dict[str, Any]]) -> dict[str, list[int]]:
+def restore_offsets(records: list[EpisodeRecord]) -> dict[str, list[int]]:
     """Restore point minus the first injected error of the abandoned branch (0 = just before it)."""
     offsets: dict[str, list[int]] = defaultdict(list)
     for r in records:
-        for e in r.get("events", []):
-            if e["type"] == "restore" and e.get("first_error") is not None:
-                offsets[method_key(r)].append(e["to"] - e["first_error"])
+        for e in r.events:
+            if isinstance(e, RestoreEvent) and e.first_error is not None:
+                offsets[r.method_key].append(e.to - e.first_error)
     return dict(offsets)
