@@ -34,6 +34,8 @@ from rir_runtime.memory import ReflectionMemory
 from rir_runtime.policies import AgentContext, LLMPolicy, Policy, agent_prompt, plausible_mistake
 from rir_runtime.prompts import DecisionContext
 
+PREVIOUS = "previous"  # mistakes_of: the adapter of the previous round of a recipe
+
 
 @dataclass
 class AgentDataSource:
@@ -49,6 +51,7 @@ class AgentDataSource:
     opening: list[str] = field(default_factory=list)
     # DAgger: a trained agent (`llm:<adapter or model>`) asked at each expert state. Its harmful
     # actions (lost, score drop) are recovered into memory; only rows with a lesson in memory are kept.
+    # In a round of `rir train agent`, `previous` is the adapter of the round before (resolved there).
     mistakes_of: str = ""
     policy_mode: str = "generate"  # how the agent acts at inference: rank, generate or constrain
     # Times each train episode of this source is written (validation: once). Oversamples a small
@@ -73,10 +76,11 @@ class AgentDataConfig:
             guard_split(source.split)
             if source.repeat < 1:
                 raise UserInputError(f"repeat must be at least 1, not {source.repeat}")
-            if source.mistakes_of and not (source.mistakes_of.startswith("llm:") and source.mistakes_of[4:]):
+            spec = source.mistakes_of
+            if spec and spec != PREVIOUS and not (spec.startswith("llm:") and spec[4:]):
                 raise UserInputError(
-                    f"mistakes_of must name an LLM agent as 'llm:<adapter folder or model>', not "
-                    f"'{source.mistakes_of}' (train one first: rir train agent-sft)"
+                    f"mistakes_of must name an LLM agent as 'llm:<adapter folder or model>', not '{spec}' "
+                    f"(train one first: rir train agent-sft), or be '{PREVIOUS}' in a round of `rir train agent`"
                 )
         for name in ("detour_share", "recovered_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
@@ -208,6 +212,11 @@ def build_agent_data(cfg: AgentDataConfig) -> dict[str, int]:
     from datasets import Dataset, DatasetDict
     from tqdm import tqdm
 
+    if any(source.mistakes_of == PREVIOUS for source in cfg.sources):
+        raise UserInputError(
+            f"mistakes_of: {PREVIOUS} names the adapter of the previous round of `rir train agent`; "
+            "outside a recipe, name the agent as 'llm:<adapter folder>'"
+        )
     rng = random.Random(cfg.seed)
     train, validation = [], []
     for source in cfg.sources:

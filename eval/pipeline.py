@@ -6,25 +6,22 @@ Stages: rollouts on train variations -> hindsight labels and datasets -> LoRA SF
 controller (then DPO when configured) -> offline decision quality on the validation split ->
 evaluation on test variations (methods x controllers) -> `report.md`.
 
-Each stage records a key (a hash of its settings and of its inputs' keys) in `<stage>/stage.json`.
-A re-run skips a stage whose key matches; a changed setting re-runs that stage and everything
-downstream of it (its old outputs are removed first, so nothing stale is mixed in).
+Stages are cached and resumable (`rir_runtime/stages.py`): killing `rir pipeline` and running it
+again loses no work, and a stage whose settings or inputs changed is redone, with everything
+downstream of it, after a line that says what changed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
-import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rir_runtime.errors import RIRError, UserInputError
+from rir_runtime.stages import Stages, yaml_settings
+from train.launch import last_complete_checkpoint, run_training, train_command
 
 
 @dataclass
@@ -71,186 +68,136 @@ class PipelineConfig:
 
 
 # --- the stage cache ------------------------------------------------------------------------------------
-def _key(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-class Stages:
-    """Runs stages in order; skips those whose key is already recorded as done."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.timings: dict[str, float] = {}
-
-    def run(self, name: str, key: str, fn: Callable[[Path], None]) -> Path:
-        folder = self.root / name
-        marker = folder / "stage.json"
-        if marker.exists() and json.loads(marker.read_text()).get("key") == key:
-            print(f"[pipeline] {name}: cached", file=sys.stderr)
-            self.timings[name] = json.loads(marker.read_text()).get("wall_s", 0.0)
-            return folder
-        if folder.exists():
-            shutil.rmtree(folder)  # settings changed: never mix old outputs in
-        folder.mkdir(parents=True)
-        print(f"[pipeline] {name}: running", file=sys.stderr)
-        start = time.perf_counter()
-        fn(folder)
-        wall = time.perf_counter() - start
-        self.timings[name] = wall
-        marker.write_text(json.dumps({"key": key, "wall_s": round(wall, 1)}) + "\n")
-        return folder
-
-
 def _train(kind: str, config: str, out: Path, model: str, data: Path, max_steps: int, extra: list[str]) -> None:
-    if not Path(config).exists():
-        raise UserInputError(f"{kind} config {config} does not exist: fix `{kind}_config` in the pipeline YAML")
-    cmd = (
-        [
-            sys.executable,
-            "-m",
-            f"train.{kind}",
-            "--config",
-            config,
-            "--model",
-            model,
-            "--data",
-            str(data),
-            "--output_dir",
-            str(out),
-        ]
-        + (["--max_steps", str(max_steps)] if max_steps else [])
-        + extra
-    )
-    print("[pipeline] $ " + " ".join(cmd), file=sys.stderr)
-    if subprocess.run(cmd).returncode != 0:
-        raise RIRError(f"{kind} training failed (see the log above); the pipeline stops here, rerun to resume")
+    args = ["--config", config, "--model", model, "--data", str(data), "--output_dir", str(out)]
+    args += (["--max_steps", str(max_steps)] if max_steps else []) + extra
+    start = last_complete_checkpoint(out)
+    if start is not None:
+        print(f"[pipeline] {kind}: resuming training from {start}", file=sys.stderr)
+        args += ["--resume_from_checkpoint", str(start)]
+    run_training(f"{kind} training", train_command(f"train.{kind}", args))
 
 
 def controller_spec(name: str, cfg: PipelineConfig, adapter: Path) -> str:
     return {"prompted": f"prompted:{cfg.base_model}", "tuned": f"tuned:{adapter}"}.get(name, name)
 
 
-# --- the pipeline -------------------------------------------------------------------------------------------
+# --- the stages, in the order they run ----------------------------------------------------------------------
 def run_pipeline(cfg: PipelineConfig) -> Path:
-    from data_gen.build import BuildConfig, build
-    from data_gen.rollout import RolloutConfig, rollout
-    from eval.controller_eval import ControllerEvalConfig, evaluate_controllers
-    from eval.harness import EvalConfig, evaluate
-
     start = time.perf_counter()
     root = Path(cfg.out)
     stages = Stages(root)
-    common = {"policy": cfg.policy, "error_rate": cfg.error_rate}
-
-    rollout_dirs, keys = [], []
-    for suite in cfg.suites:
-        rc = dict(
-            env=suite.env,
-            tasks=suite.tasks,
-            split="train",
-            variations=suite.train_variations,
-            methods=["rir"],
-            controller=["heuristic"],
-            explore=cfg.explore,
-            workers=cfg.workers,
-            review_interval=cfg.review_interval,
-            **common,
-        )
-        key = _key("rollout", rc)
-        rollout_dirs.append(
-            stages.run(f"rollout-{suite.env}", key, lambda d, rc=rc: rollout(RolloutConfig(**rc, out=str(d))))
-        )
-        keys.append(key)
-
-    data_key = _key("data", keys, cfg.max_prompt_tokens, cfg.base_model)
-    data = stages.run(
-        "data",
-        data_key,
-        lambda d: build(
-            BuildConfig(
-                rollouts=[str(p) for p in rollout_dirs],
-                out=str(d),
-                max_prompt_tokens=cfg.max_prompt_tokens,
-                tokenizer=cfg.base_model,
-            )
-        ),
-    )
-
-    sft_key = _key(
-        "sft",
-        data_key,
-        cfg.base_model,
-        Path(cfg.sft_config).read_text() if Path(cfg.sft_config).exists() else cfg.sft_config,
-        cfg.sft_max_steps,
-        cfg.sft_max_length,
-    )
-    length = ["--max_length", str(cfg.sft_max_length)] if cfg.sft_max_length else []
-    adapter = stages.run(
-        "sft", sft_key, lambda d: _train("sft", cfg.sft_config, d, cfg.base_model, data, cfg.sft_max_steps, length)
-    )
-    tuned_key = sft_key
+    rollouts = [rollout_stage(stages, cfg, suite) for suite in cfg.suites]
+    data = data_stage(stages, cfg, rollouts)
+    adapter = sft_stage(stages, cfg, data)
     if cfg.dpo_config:
-        tuned_key = _key(
-            "dpo",
-            sft_key,
-            Path(cfg.dpo_config).read_text() if Path(cfg.dpo_config).exists() else cfg.dpo_config,
-            cfg.dpo_max_steps,
-        )
-        adapter = stages.run(
-            "dpo",
-            tuned_key,
-            lambda d: _train(
-                "dpo",
-                cfg.dpo_config,
-                d,
-                cfg.base_model,
-                data,
-                cfg.dpo_max_steps,
-                ["--sft_adapter", str(adapter)] + length,
-            ),
-        )
-
+        adapter = dpo_stage(stages, cfg, data, adapter)
     specs = [controller_spec(c, cfg, adapter) for c in cfg.eval_controllers]
-    offline_specs = [s for s in specs if s != "oracle"]
-    ce_key = _key("controller-eval", tuned_key, offline_specs, cfg.controller_eval_rows)
-    ce_dir = stages.run(
-        "controller-eval",
-        ce_key,
-        lambda d: evaluate_controllers(
-            ControllerEvalConfig(
-                data=str(data), controller=offline_specs, max_rows=cfg.controller_eval_rows, out=str(d)
-            )
-        ),
-    )
-
-    eval_dirs = []
-    for suite in cfg.suites:
-        ec = dict(
-            env=suite.env,
-            tasks=suite.tasks,
-            split="test",
-            variations=suite.test_variations,
-            methods=cfg.eval_methods,
-            controller=specs,
-            budget_agent=cfg.budget_agent,
-            budget_rollback=cfg.budget_rollback,
-            review_interval=cfg.review_interval,
-            workers=cfg.workers,
-            **common,
-        )
-        eval_dirs.append(
-            stages.run(
-                f"eval-{suite.env}",
-                _key("eval", tuned_key, ec),
-                lambda d, ec=ec: evaluate(EvalConfig(**ec, out=str(d))),
-            )
-        )
+    ce_dir = controller_eval_stage(stages, cfg, data, adapter, specs)
+    eval_dirs = [eval_stage(stages, cfg, suite, adapter, specs) for suite in cfg.suites]
 
     report = root / "report.md"
     report.write_text(final_report(cfg, specs, ce_dir, eval_dirs, stages.timings, time.perf_counter() - start))
     (root / "pipeline.json").write_text(json.dumps(asdict(cfg), indent=2, default=str) + "\n")
     print(f"[pipeline] done in {time.perf_counter() - start:.0f}s; report: {report}", file=sys.stderr)
     return report
+
+
+def rollout_stage(stages: Stages, cfg: PipelineConfig, suite: Suite) -> Path:
+    """Episodes of RIR (and exploratory variants) on the suite's train variations."""
+    from data_gen.rollout import RolloutConfig, rollout
+
+    rc = dict(
+        env=suite.env,
+        tasks=suite.tasks,
+        split="train",
+        variations=suite.train_variations,
+        methods=["rir"],
+        controller=["heuristic"],
+        explore=cfg.explore,
+        workers=cfg.workers,
+        review_interval=cfg.review_interval,
+        policy=cfg.policy,
+        error_rate=cfg.error_rate,
+    )
+    return stages.run(f"rollout-{suite.env}", rc, lambda d: rollout(RolloutConfig(**rc, out=str(d))))
+
+
+def data_stage(stages: Stages, cfg: PipelineConfig, rollouts: list[Path]) -> Path:
+    """Hindsight labels and the TRL datasets, from every suite's rollouts."""
+    from data_gen.build import BuildConfig, build
+
+    settings = {"max_prompt_tokens": cfg.max_prompt_tokens, "tokenizer": cfg.base_model}
+    return stages.run(
+        "data",
+        settings,
+        lambda d: build(BuildConfig(rollouts=[str(p) for p in rollouts], out=str(d), **settings)),
+        inputs=[p.name for p in rollouts],
+    )
+
+
+def _length(cfg: PipelineConfig) -> list[str]:
+    return ["--max_length", str(cfg.sft_max_length)] if cfg.sft_max_length else []
+
+
+def sft_stage(stages: Stages, cfg: PipelineConfig, data: Path) -> Path:
+    """The controller's LoRA adapter (resumes from its newest checkpoint after a kill)."""
+    settings = {
+        "base_model": cfg.base_model,
+        "sft_config": yaml_settings(cfg.sft_config, "sft_config"),
+        "sft_max_steps": cfg.sft_max_steps,
+        "sft_max_length": cfg.sft_max_length,
+    }
+
+    def fn(d: Path) -> None:
+        _train("sft", cfg.sft_config, d, cfg.base_model, data, cfg.sft_max_steps, _length(cfg))
+
+    return stages.run("sft", settings, fn, inputs=[data.name])
+
+
+def dpo_stage(stages: Stages, cfg: PipelineConfig, data: Path, sft: Path) -> Path:
+    """Preference tuning from the SFT adapter."""
+    settings = {"dpo_config": yaml_settings(cfg.dpo_config, "dpo_config"), "dpo_max_steps": cfg.dpo_max_steps}
+
+    def fn(d: Path) -> None:
+        extra = ["--sft_adapter", str(sft), *_length(cfg)]
+        _train("dpo", cfg.dpo_config, d, cfg.base_model, data, cfg.dpo_max_steps, extra)
+
+    return stages.run("dpo", settings, fn, inputs=[data.name, sft.name])
+
+
+def controller_eval_stage(stages: Stages, cfg: PipelineConfig, data: Path, adapter: Path, specs: list[str]) -> Path:
+    """Offline decision quality of the controllers on the validation split (the oracle has none)."""
+    from eval.controller_eval import ControllerEvalConfig, evaluate_controllers
+
+    settings = {"controller": [s for s in specs if s != "oracle"], "max_rows": cfg.controller_eval_rows}
+    return stages.run(
+        "controller-eval",
+        settings,
+        lambda d: evaluate_controllers(ControllerEvalConfig(data=str(data), out=str(d), **settings)),
+        inputs=[data.name, adapter.name],
+    )
+
+
+def eval_stage(stages: Stages, cfg: PipelineConfig, suite: Suite, adapter: Path, specs: list[str]) -> Path:
+    """Methods x controllers on the suite's test variations."""
+    from eval.harness import EvalConfig, evaluate
+
+    ec = dict(
+        env=suite.env,
+        tasks=suite.tasks,
+        split="test",
+        variations=suite.test_variations,
+        methods=cfg.eval_methods,
+        controller=specs,
+        budget_agent=cfg.budget_agent,
+        budget_rollback=cfg.budget_rollback,
+        review_interval=cfg.review_interval,
+        workers=cfg.workers,
+        policy=cfg.policy,
+        error_rate=cfg.error_rate,
+    )
+    return stages.run(f"eval-{suite.env}", ec, lambda d: evaluate(EvalConfig(**ec, out=str(d))), inputs=[adapter.name])
 
 
 # --- the final report -----------------------------------------------------------------------------------------

@@ -1,13 +1,19 @@
 """Every shipped stage config parses; the quickstart pipeline runs end to end on the tiny model and
-its stage cache skips what is done and re-runs what changed."""
+its stage cache skips what is done, re-runs what changed and resumes a run killed midway."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from data_gen.agent_data import AgentDataConfig
 from data_gen.build import BuildConfig
@@ -16,6 +22,8 @@ from eval.harness import EvalConfig
 from eval.pipeline import PipelineConfig, Suite, run_pipeline
 from rir_runtime.config import build_config, load_yaml
 from rir_runtime.errors import UserInputError
+from train.agent_recipe import AgentRecipeConfig
+from train.launch import last_complete_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = {"eval": EvalConfig, "rollout": RolloutConfig, "build": BuildConfig, "pipeline": PipelineConfig}
@@ -28,7 +36,8 @@ KINDS = {"eval": EvalConfig, "rollout": RolloutConfig, "build": BuildConfig, "pi
 )
 def test_shipped_configs_parse(path: Path) -> None:
     agent_data = path.parent.name == "build" and path.name.startswith("agent_data")
-    kind = AgentDataConfig if agent_data else KINDS[path.parent.name]
+    agent_recipe = path.parent.name == "pipeline" and path.name.startswith("agent_")  # `rir train agent`
+    kind = AgentDataConfig if agent_data else AgentRecipeConfig if agent_recipe else KINDS[path.parent.name]
     try:
         config = build_config(kind, load_yaml(path), source=str(path))
     except UserInputError as err:  # a tuned adapter that the commands in the file's header write first
@@ -85,3 +94,47 @@ def test_quickstart_pipeline_runs_and_caches(tmp_path: Path) -> None:
     after = stamps()
     assert after["eval-builtin"] != before["eval-builtin"]
     assert all(after[s] == before[s] for s in ("rollout-builtin", "data", "sft", "controller-eval"))
+
+
+@pytest.mark.integration
+def test_a_pipeline_killed_during_sft_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    """`rir pipeline` killed (SIGKILL, the whole process group) once SFT has saved a checkpoint: the
+    rerun keeps the rollouts and the data, and trains on from that checkpoint to max_steps."""
+    max_steps = 24
+    sft = load_yaml(ROOT / "configs/train/sft_cpu_quick.yaml")
+    sft.update(save_steps=1, save_total_limit=None, eval_strategy="no", eval_on_start=False)
+    (tmp_path / "sft.yaml").write_text(yaml.safe_dump(sft))
+    out = tmp_path / "run"
+    cfg = replace(
+        tiny_quickstart(out),
+        sft_config=str(tmp_path / "sft.yaml"),
+        sft_max_steps=max_steps,
+        eval_methods=["rir"],
+        eval_controllers=["heuristic"],  # the evaluation is not what this test is about
+    )
+    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(asdict(cfg)))
+    cmd = [sys.executable, "-m", "rir_runtime.cli", "pipeline", "--config", str(tmp_path / "pipeline.yaml")]
+
+    with (tmp_path / "first.log").open("w") as log:
+        first = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            while last_complete_checkpoint(out / "sft") is None:
+                assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+                time.sleep(0.2)
+        finally:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    killed_at = last_complete_checkpoint(out / "sft")
+    assert killed_at is not None and int(killed_at.name.split("-")[1]) < max_steps
+    episodes = {p.name: p.read_bytes() for p in (out / "rollout-builtin").glob("*.jsonl")}
+    assert json.loads((out / "sft" / "stage.json").read_text())["status"] == "running"
+
+    rerun = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "[pipeline] rollout-builtin: cached" in rerun.stderr and "[pipeline] data: cached" in rerun.stderr
+    assert "[pipeline] sft: resuming an unfinished run" in rerun.stderr
+    assert f"[pipeline] sft: resuming training from {killed_at}" in rerun.stderr
+    assert episodes and {p.name: p.read_bytes() for p in (out / "rollout-builtin").glob("*.jsonl")} == episodes
+    state = json.loads((last_complete_checkpoint(out / "sft") / "trainer_state.json").read_text())
+    assert state["global_step"] == max_steps
+    assert (out / "sft" / "rir_controller.json").is_file() and (out / "report.md").is_file()

@@ -24,6 +24,8 @@ STAGES = {
     "sft": "supervised fine-tuning of a controller LoRA adapter on the *_sft datasets",
     "dpo": "preference tuning (DPO) of a controller adapter on the *_pref datasets, from an SFT adapter",
     "agent-sft": ("behaviour-clone the base agent on expert trajectories (train splits); loads as --policy llm:<dir>"),
+    "agent": "the cloned agent in one command: rounds of agent data and agent-sft from a recipe YAML "
+    "(configs/pipeline/agent_cpu.yaml), cached and resumable",
 }
 LAUNCHERS = ("python", "accelerate")
 DEFAULT_ACCELERATE_CONFIG = "configs/accelerate/single_gpu.yaml"
@@ -66,6 +68,10 @@ def split_launcher(argv: list[str]) -> tuple[str, str, list[str]]:
 
 def cmd_train(args: argparse.Namespace) -> int:
     stage = args.train_stage
+    if stage == "agent":  # a recipe of agent-sft rounds; its YAML names the launcher
+        from train.agent_recipe import main as recipe_main
+
+        return recipe_main(list(args.argv))
     launcher, acc_config, argv = split_launcher(list(args.argv))
     if launcher == "accelerate":
         if not Path(acc_config).is_file():
@@ -85,7 +91,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         ]  # agent-sft lives in train/agent_sft.py
         print("launching:", " ".join(cmd), file=sys.stderr)
         return subprocess.call(cmd)
-    from train.common import parse_train_args
+    from train.args import parse_train_args
 
     if stage == "agent-sft":
         from train.agent_sft import main as agent_main
