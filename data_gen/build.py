@@ -7,6 +7,12 @@ Writes one `DatasetDict` (train / validation) per decision type under `--out`:
 `review_pref`, `locate_pref`, `reflect_pref` (`prompt`, `chosen`, `rejected`, `meta`), each with
 a README dataset card. Labels are cached in `--out/labels.jsonl` (append-only; a rerun resumes).
 Prompts come from `rir_runtime.prompts.fit_decision`, the renderer the controllers use.
+
+A pair differs only in what is judged: both review answers give the same reason (evidence the
+prompt shows), and locate pairs set two answers the same prompt offers against each other. Review
+and locate rows keep their hindsight values in `meta.values` (checkpoint -> V, JSON) and
+`meta.v_now`; reflect rows keep each candidate's retry success in `meta.retry_success`. One set of
+held-out task variations serves all six datasets, so train and validation never share one.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import sys
 import warnings
 import zlib
 from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,15 +36,16 @@ from data_gen.hindsight import (
     reflection_candidates,
     retry_success,
 )
-from data_gen.rollout import SCHEMA_VERSION
-from rir_runtime.decisions import Reflection, Review, dump, parse
+from rir_runtime.controllers import failure_signal
+from rir_runtime.decisions import DecisionKind, Reflection, Review, dump, parse
 from rir_runtime.envs import make_env
 from rir_runtime.errors import RIRError, UserInputError
-from rir_runtime.jobs import read_episodes
-from rir_runtime.prompts import Messages, approx_tokens, fit_decision
+from rir_runtime.prompts import DecisionContext, Messages, approx_tokens, fit_decision
+from rir_runtime.trace import TRACE_SCHEMA_VERSION, EpisodeRecord, drop_partial_tail, read_records
 
 SFT = ("review_sft", "locate_sft", "reflect_sft")
 PREF = ("review_pref", "locate_pref", "reflect_pref")
+Fit = Callable[[DecisionKind, DecisionContext], Messages]  # renders a decision prompt within the token bound
 
 
 @dataclass
@@ -62,45 +70,28 @@ class BuildConfig:
 
 
 # --- loading runs ---------------------------------------------------------------------------------------
-def load_runs(folders: list[str]) -> list[dict[str, Any]]:
-    """Episodes of every run folder; older schemas and empty runs get a clear error."""
-    episodes: list[dict[str, Any]] = []
+def load_runs(folders: list[str]) -> list[tuple[EpisodeRecord, str]]:
+    """(episode, its run folder) for every finished episode; older schemas and empty runs get a clear error."""
+    episodes: list[tuple[EpisodeRecord, str]] = []
     for folder in folders:
         path = Path(folder)
         run = path / "run.json"
         if not run.exists():
             raise UserInputError(f"{path} is not a rollout folder (no run.json): pass folders written by `rir rollout`")
         schema = json.loads(run.read_text()).get("schema")
-        if schema != SCHEMA_VERSION:
+        if schema != TRACE_SCHEMA_VERSION:
             raise UserInputError(
-                f"{path} was written with schema {schema}; this version reads {SCHEMA_VERSION}: "
-                "regenerate it with `rir rollout`"
+                f"{path} was written with trace schema {schema}; this version reads {TRACE_SCHEMA_VERSION}: "
+                f"convert it with `rir trace upgrade {path}` (or regenerate it with `rir rollout`)"
             )
-        found = [e for f in sorted(path.glob("episodes-*.jsonl")) for e in read_episodes(f)]
+        found = [e for f in sorted(path.glob("episodes-*.jsonl")) for e in read_records(f)]
         if not found:
             raise UserInputError(f"{path} holds no finished episodes: run `rir rollout` into it first")
-        for e in found:
-            e["source_run"] = str(path)
-        episodes += found
+        episodes += [(e, str(path)) for e in found]
     return episodes
 
 
-def variation_key(meta: dict[str, Any]) -> str:
-    return f"{meta['env']}/{meta['task']}/{meta['split']}/{meta['variation']}"
-
-
-def validation_variations(keys: set[str], fraction: float) -> set[str]:
-    """A deterministic share of task variations held out: never on both sides of the split."""
-    ranked = sorted(keys, key=lambda k: zlib.crc32(k.encode()))
-    n_val = max(1, round(fraction * len(ranked))) if len(ranked) > 1 else 0
-    return set(ranked[:n_val])
-
-
 # --- labelling (cached) ------------------------------------------------------------------------------------
-def point_id(point: DecisionPoint, i: int) -> str:
-    return f"{point.episode['episode_id']}#review{i}"
-
-
 def label_to_json(pid: str, label: Label) -> dict[str, Any]:
     return {
         "point_id": pid,
@@ -116,127 +107,175 @@ def label_to_json(pid: str, label: Label) -> dict[str, Any]:
     }
 
 
-def label_episodes(episodes: list[dict[str, Any]], cfg: BuildConfig, cache: Path) -> list[tuple[DecisionPoint, dict]]:
+def read_label_cache(path: Path) -> dict[str, dict[str, Any]]:
+    """Labels already computed, by point id (a partial last line of a killed build is dropped)."""
+    drop_partial_tail(path)
+    if not path.exists():
+        return {}
+    labels = {}
+    for n, line in enumerate(path.read_text().splitlines(), start=1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise UserInputError(f"{path}:{n} is corrupt: delete {path} to relabel from scratch") from None
+        labels[row["point_id"]] = row
+    return labels
+
+
+def label_episodes(
+    episodes: list[tuple[EpisodeRecord, str]], cfg: BuildConfig, cache: Path
+) -> list[tuple[DecisionPoint, dict]]:
     """Label the latest `points_per_episode` reviews of each episode; resumes from `cache`."""
     from tqdm import tqdm
 
-    done = {r["point_id"]: r for r in read_episodes(cache)} if cache.exists() else {}
+    done = read_label_cache(cache)
     envs: dict[str, Any] = {}
     out: list[tuple[DecisionPoint, dict]] = []
     with cache.open("a") as fh:
-        for episode in tqdm(episodes, desc="labelling", unit="ep", file=sys.stderr):
-            points = list(enumerate(decision_points(episode)))[-cfg.points_per_episode :]
+        for record, source in tqdm(episodes, desc="labelling", unit="ep", file=sys.stderr):
             reflected = 0
-            for i, point in points:
-                pid = point_id(point, i)
-                if pid not in done:
-                    env = envs.get(episode["env"]) or envs.setdefault(episode["env"], make_env(episode["env"]))
+            for point in decision_points(record, source)[-cfg.points_per_episode :]:
+                if point.id not in done:
+                    env = envs.get(record.env) or envs.setdefault(record.env, make_env(record.env))
                     try:
                         label = label_point(env, point, bisect=cfg.bisect)
                     except RIRError as err:
-                        warnings.warn(f"skipping {pid}: {err}", stacklevel=2)
+                        warnings.warn(f"skipping {point.id}: {err}", stacklevel=2)
                         continue
                     if label.restore is not None and label.review == "recover" and reflected < cfg.reflect_points:
                         reflected += 1
-                        rate = episode.get("error_rate", 0.15)
                         label.reflections = [
-                            (c, retry_success(env, label, c, cfg.reflect_retries, rate))
+                            (c, retry_success(env, label, c, cfg.reflect_retries, record.error_rate))
                             for c in reflection_candidates(label)
                         ]
-                    done[pid] = label_to_json(pid, label)
-                    fh.write(json.dumps(done[pid]) + "\n")
+                    done[point.id] = label_to_json(point.id, label)
+                    fh.write(json.dumps(done[point.id]) + "\n")
                     fh.flush()
-                out.append((point, done[pid]))
+                out.append((point, done[point.id]))
     for env in envs.values():
         env.close()
     return out
 
 
 # --- rows --------------------------------------------------------------------------------------------------
+NO_SIGNAL = "no visible failure signal"
+Row = tuple[str, dict[str, Any]]  # (dataset name, row)
+
+
 def _assistant(text: str) -> list[dict[str, str]]:
     return [{"role": "assistant", "content": text}]
 
 
-def rows_for(point: DecisionPoint, label: dict[str, Any], fit: Any) -> dict[str, list[dict[str, Any]]]:
+def _values_meta(label: dict[str, Any]) -> dict[str, Any]:
+    """The hindsight values as measured (checkpoint index -> V, as JSON so Arrow keeps one column
+    type) and V(now), so a row's preference can be checked without re-executing the branch."""
+    values = {str(k): v for k, v in sorted(label["values"].items(), key=lambda kv: int(kv[0]))}
+    return {"values": json.dumps(values), "v_now": float(label["v_now"])}
+
+
+def review_reason(ctx: DecisionContext) -> str:
+    """The reason both review answers give: evidence the prompt shows, never hindsight the model
+    cannot see, and the same text whichever the decision, so only the decision tells them apart."""
+    signal = failure_signal(ctx)
+    return signal.text if signal else NO_SIGNAL
+
+
+def review_rows(point: DecisionPoint, label: dict[str, Any], fit: Fit, meta: dict[str, Any]) -> list[Row]:
+    """One SFT row (the hindsight decision) and one pair (it against the other decision)."""
+    ctx = context_for(point)
+    prompt = fit("review", ctx)
+    reason = review_reason(ctx)
+    decision = label["review"]
+    other = "continue" if decision == "recover" else "recover"
+    good = _assistant(dump("review", Review(decision, reason)))
+    bad = _assistant(dump("review", Review(other, reason)))
+    meta = {**meta, "label": decision, "context": ctx.to_json(), **_values_meta(label)}
+    return [
+        ("review_sft", {"prompt": prompt, "completion": good, "meta": meta}),
+        ("review_pref", {"prompt": prompt, "chosen": good, "rejected": bad, "meta": meta}),
+    ]
+
+
+def rejected_alternative(right: int, controller_pick: int | None, choices: Sequence[int]) -> int | None:
+    """A wrong answer among those the prompt offers (segments or checkpoints): the controller's own
+    pick when it was wrong, else the nearest other choice, later first. A later one lies past the
+    harmful step (lower V, as V only falls along a branch); an earlier one has no higher V and keeps
+    less progress. An answer the prompt does not offer would be a give-away, not a preference."""
+    others = sorted((i for i in choices if i != right), key=lambda i: (abs(i - right), i < right))
+    if controller_pick in others:
+        return controller_pick
+    return others[0] if others else None
+
+
+def _locate_answer(kind: DecisionKind, prompt: Messages, right: int, wrong: int | None, meta: dict) -> list[Row]:
+    chosen = _assistant(dump(kind, right))
+    rows: list[Row] = [("locate_sft", {"prompt": prompt, "completion": chosen, "meta": meta})]
+    if wrong is not None:
+        pair = {"prompt": prompt, "chosen": chosen, "rejected": _assistant(dump(kind, wrong)), "meta": meta}
+        rows.append(("locate_pref", pair))
+    return rows
+
+
+def locate_rows(point: DecisionPoint, label: dict[str, Any], fit: Fit, meta: dict[str, Any]) -> list[Row]:
+    """For a recovery: the coarse (segment) and fine (checkpoint) answers of the restore label, each
+    as an SFT row and as a pair against a worse answer the same prompt offers."""
+    r, seg = label["restore"], label["segment"]
+    if label["review"] != "recover" or r is None:
+        return []
+    segs = tuple(tuple(s) for s in label["segments"])
+    meta = {**meta, **_values_meta(label)}
+    pick = point.chosen_step
+    pick_segment = next((i for i, (a, b) in enumerate(segs) if pick is not None and a <= pick < b), None)
+    ctx_c = context_for(point, "locate", segments=segs)
+    meta_c = {**meta, "label": str(seg), "decision": "locate_coarse", "context": ctx_c.to_json()}
+    wrong_segment = rejected_alternative(seg, pick_segment, range(len(segs)))
+    rows = _locate_answer("locate_coarse", fit("locate_coarse", ctx_c), seg, wrong_segment, meta_c)
+    ctx_f = context_for(point, "locate", segments=segs, segment=segs[seg])
+    meta_f = {**meta, "label": str(r), "decision": "locate_fine", "context": ctx_f.to_json()}
+    a, b = segs[seg]
+    wrong_step = rejected_alternative(r, pick, [i for i in ctx_f.admissible if a <= i < b])
+    return rows + _locate_answer("locate_fine", fit("locate_fine", ctx_f), r, wrong_step, meta_f)
+
+
+def reflect_rows(point: DecisionPoint, label: dict[str, Any], fit: Fit, meta: dict[str, Any]) -> list[Row]:
+    """The reflection with the best retry success as the SFT target, and a pair of it against each
+    non-empty candidate that did strictly worse (ties teach nothing; a pair against the empty
+    reflection would teach "write something" rather than what to write, so it is measured, not paired)."""
+    if not label["reflections"]:
+        return []
+    candidates = [(parse("reflect", json.dumps(c)) if c else Reflection(), rate) for c, rate in label["reflections"]]
+    ranked = sorted(candidates, key=lambda x: -x[1])  # stable: hindsight before "none" on ties
+    best, top = ranked[0]
+    chosen = _assistant(dump("reflect", best))
+    ctx_r = context_for(point, "reflect", restore_point=label["restore"])
+    prompt = fit("reflect", ctx_r)
+    rates = json.dumps([[c.to_json(), rate] for c, rate in candidates])
+    meta = {**meta, "decision": "reflect", "context": ctx_r.to_json(), "retry_success": rates}
+    rows = [("reflect_sft", {"prompt": prompt, "completion": chosen, "meta": {**meta, "label": f"{top:.2f}"}})]
+    for worse, rate in ranked[1:]:
+        if rate < top and worse != Reflection():
+            pair = {"prompt": prompt, "chosen": chosen, "rejected": _assistant(dump("reflect", worse))}
+            rows.append(("reflect_pref", {**pair, "meta": {**meta, "label": f"{top:.2f}>{rate:.2f}"}}))
+    return rows
+
+
+def rows_for(point: DecisionPoint, label: dict[str, Any], fit: Fit) -> dict[str, list[dict[str, Any]]]:
     """All SFT and preference rows one labelled decision point yields."""
-    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    ep = point.episode
+    ep = point.record
     meta = {
-        "env": ep["env"],
-        "task": ep["task"],
-        "split": ep["split"],
-        "variation": int(ep["variation"]),
-        "episode_id": ep["episode_id"],
+        "env": ep.env,
+        "task": ep.task,
+        "split": ep.split,
+        "variation": ep.variation,
+        "episode_id": ep.episode_id,
         "step": len(point.history),
-        "source_run": ep.get("source_run", ""),
+        "source_run": point.source_run,
         "decision": "review",
     }
-    ctx = context_for(point)
-    recover = label["review"] == "recover"
-    reason = (
-        f"success is still possible from checkpoint {label['restore']}"
-        if recover
-        else "no earlier checkpoint does clearly better"
-    )
-    good = dump("review", Review(label["review"], reason))
-    bad = dump("review", Review("continue" if recover else "recover", "" if recover else "something went wrong"))
-    prompt = fit("review", ctx)
-    meta_review = {**meta, "label": label["review"], "context": ctx.to_json()}
-    rows["review_sft"].append({"prompt": prompt, "completion": _assistant(good), "meta": meta_review})
-    rows["review_pref"].append(
-        {"prompt": prompt, "chosen": _assistant(good), "rejected": _assistant(bad), "meta": meta_review}
-    )
-    r, seg = label["restore"], label["segment"]
-    if recover and r is not None:
-        segs = tuple(tuple(s) for s in label["segments"])
-        ctx_c = context_for(point, "locate", segments=segs)
-        p_coarse = fit("locate_coarse", ctx_c)
-        rows["locate_sft"].append(
-            {
-                "prompt": p_coarse,
-                "completion": _assistant(dump("locate_coarse", seg)),
-                "meta": {**meta, "label": str(seg), "decision": "locate_coarse", "context": ctx_c.to_json()},
-            }
-        )
-        ctx_f = context_for(point, "locate", segments=segs, segment=segs[seg])
-        p_fine = fit("locate_fine", ctx_f)
-        meta_fine = {**meta, "label": str(r), "decision": "locate_fine", "context": ctx_f.to_json()}
-        rows["locate_sft"].append(
-            {"prompt": p_fine, "completion": _assistant(dump("locate_fine", r)), "meta": meta_fine}
-        )
-        wrong = point.chosen_step if point.chosen_step not in (None, r) else (r + 1 if r + 1 < segs[-1][1] else r - 1)
-        if wrong is not None and wrong >= 0 and wrong != r:
-            rows["locate_pref"].append(
-                {
-                    "prompt": p_fine,
-                    "chosen": _assistant(dump("locate_fine", r)),
-                    "rejected": _assistant(dump("locate_fine", wrong)),
-                    "meta": meta_fine,
-                }
-            )
-    if label["reflections"]:
-        ranked = sorted(label["reflections"], key=lambda x: -x[1])  # stable: hindsight before "none" on ties
-        ctx_r = context_for(point, "reflect", restore_point=r)
-        p_reflect = fit("reflect", ctx_r)
-        best = parse("reflect", json.dumps(ranked[0][0]))
-        meta_reflect = {**meta, "decision": "reflect", "context": ctx_r.to_json()}
-        rows["reflect_sft"].append(
-            {
-                "prompt": p_reflect,
-                "completion": _assistant(dump("reflect", best)),
-                "meta": {**meta_reflect, "label": f"{ranked[0][1]:.2f}"},
-            }
-        )
-        if ranked[0][1] > ranked[-1][1]:
-            worst = parse("reflect", json.dumps(ranked[-1][0])) if ranked[-1][0] else Reflection()
-            rows["reflect_pref"].append(
-                {
-                    "prompt": p_reflect,
-                    "chosen": _assistant(dump("reflect", best)),
-                    "rejected": _assistant(dump("reflect", worst)),
-                    "meta": {**meta_reflect, "label": f"{ranked[0][1]:.2f}>{ranked[-1][1]:.2f}"},
-                }
-            )
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for make in (review_rows, locate_rows, reflect_rows):
+        for name, row in make(point, label, fit, meta):
+            rows[name].append(row)
     return rows
 
 
@@ -246,11 +285,96 @@ def token_counter(tokenizer_name: str) -> Any:
     from rir_runtime.llm.registry import load_tokenizer
 
     tok = load_tokenizer(tokenizer_name)
-    return lambda messages: len(tok.apply_chat_template(messages, tokenize=True))
+
+    def count(messages: Messages) -> int:
+        encoded = tok.apply_chat_template(messages, tokenize=True)
+        # transformers >= 5 returns a BatchEncoding, whose len() is its number of fields
+        return len(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+
+    return count
+
+
+# --- splitting -----------------------------------------------------------------------------------------------
+def variation_key(meta: dict[str, Any]) -> str:
+    return f"{meta['env']}/{meta['task']}/{meta['split']}/{meta['variation']}"
+
+
+def _rank(key: str) -> int:
+    return zlib.crc32(key.encode())
+
+
+def validation_variations(keys: set[str], fraction: float) -> set[str]:
+    """A deterministic share of task variations held out: never on both sides of the split."""
+    ranked = sorted(keys, key=_rank)
+    n_val = max(1, round(fraction * len(ranked))) if len(ranked) > 1 else 0
+    return set(ranked[:n_val])
+
+
+def _both_sides(keys: set[str], held: set[str]) -> bool:
+    return bool(keys & held) and bool(keys - held)
+
+
+def _harmless(after: set[str], held: set[str], splittable: list[set[str]]) -> bool:
+    """Moving from `held` to `after` leaves every dataset that had both sides with both sides."""
+    return all(_both_sides(k, after) for k in splittable if _both_sides(k, held))
+
+
+def held_out_variations(by_dataset: dict[str, set[str]], fraction: float) -> set[str]:
+    """One held-out set of task variations for all datasets (the adapter trains on them mixed, so a
+    variation in one dataset's train and another's validation would leak). It starts from the
+    deterministic share; then each dataset with >= 2 variations but an empty side gets its
+    first-ranked variation moved across, and a dataset from a single variation goes to train
+    (trainable, if not evaluable), each move only where no other dataset loses a side."""
+    held = validation_variations(set().union(*by_dataset.values()), fraction)
+    splittable = [keys for keys in by_dataset.values() if len(keys) >= 2]
+    moved_one = True
+    while moved_one:  # each move gives one more dataset both sides and takes none away: it ends
+        moved_one = False
+        for keys in (k for k in splittable if not _both_sides(k, held)):
+            into_held = not keys & held
+            for key in sorted(keys - held if into_held else keys & held, key=_rank):
+                after = held | {key} if into_held else held - {key}
+                if _harmless(after, held, splittable):
+                    held, moved_one = after, True
+                    break
+    for keys in by_dataset.values():
+        if len(keys) == 1 and keys <= held and _harmless(held - keys, held, splittable):
+            held = held - keys
+    return held
+
+
+def split_rows(rows: list[dict[str, Any]], held_out: set[str]) -> dict[str, list[dict[str, Any]]]:
+    return {
+        "train": [r for r in rows if variation_key(r["meta"]) not in held_out],
+        "validation": [r for r in rows if variation_key(r["meta"]) in held_out],
+    }
+
+
+def warn_about(name: str, splits: dict[str, list[dict[str, Any]]]) -> None:
+    """Name a dataset that training cannot use as it is: a missing split, or one review label."""
+    variations = {variation_key(r["meta"]) for rows in splits.values() for r in rows}
+    for split, rows in splits.items():
+        if not rows:
+            why = (
+                "its rows come from one task variation, which cannot be on both sides"
+                if len(variations) < 2
+                else "no held-out set gives every dataset both sides without sharing a variation"
+            )
+            print(f"warning: {name} has no {split} split: {why} (roll out more task variations)", file=sys.stderr)
+    labels = Counter(r["meta"]["label"] for rows in splits.values() for r in rows)
+    if name.startswith("review") and len(labels) < 2:
+        print(
+            f"warning: {name} has only the label {next(iter(labels))!r}; a controller cannot learn "
+            "both decisions from it (add exploratory rollouts or more tasks)",
+            file=sys.stderr,
+        )
 
 
 # --- writing -------------------------------------------------------------------------------------------------
-def dataset_card(name: str, splits: dict[str, list[dict]], sources: list[str], cfg: BuildConfig) -> str:
+def dataset_card(
+    name: str, splits: dict[str, list[dict]], sources: list[str], cfg: BuildConfig, sides: tuple[int, int]
+) -> str:
+    """The README of one dataset; `sides` counts the build's train and held-out task variations."""
     lines = [
         f"# {name}",
         "",
@@ -258,14 +382,22 @@ def dataset_card(name: str, splits: dict[str, list[dict]], sources: list[str], c
         f"(RIR `rir build-data`). Format: TRL conversational "
         f"{'prompt-completion' if name.endswith('_sft') else 'preference'}.",
         "",
-        "| split | rows | label balance |",
-        "| --- | ---: | --- |",
+        "| split | rows | task variations | label balance |",
+        "| --- | ---: | ---: | --- |",
     ]
     for split, rows in splits.items():
         counts = Counter(r["meta"]["label"] for r in rows)
         balance = ", ".join(f"{k}: {v}" for k, v in counts.most_common(8)) + (" ..." if len(counts) > 8 else "")
-        lines.append(f"| {split} | {len(rows)} | {balance} |")
-    lines += ["", "Train and validation never share a task variation.", "", "Source runs:"]
+        variations = len({variation_key(r["meta"]) for r in rows})
+        lines.append(f"| {split} | {len(rows)} | {variations} | {balance} |")
+    lines += [
+        "",
+        "Train and validation never share a task variation, across all datasets of this build "
+        f"(one held-out set serves them all, as training mixes them: {sides[0]} task variations on the "
+        f"train side, {sides[1]} on the validation side).",
+        "",
+        "Source runs:",
+    ]
     lines += [f"- `{s}`" for s in sources]
     lines += ["", f"Build config: `{json.dumps(asdict(cfg))}`", ""]
     return "\n".join(lines)
@@ -291,29 +423,23 @@ def build(cfg: BuildConfig) -> dict[str, dict[str, int]]:
     for point, label in labelled:
         for name, rows in rows_for(point, label, fit).items():
             all_rows[name] += rows
-    keys = {variation_key(r["meta"]) for rows in all_rows.values() for r in rows}
-    held_out = validation_variations(keys, cfg.val_fraction)
+    by_dataset = {name: {variation_key(r["meta"]) for r in all_rows.get(name, [])} for name in SFT + PREF}
+    held_out = held_out_variations(by_dataset, cfg.val_fraction)
+    every = set().union(*by_dataset.values())
+    sides = (len(every - held_out), len(every & held_out))
     counts: dict[str, dict[str, int]] = {}
     for name in SFT + PREF:
         rows = all_rows.get(name, [])
-        splits = {
-            "train": [r for r in rows if variation_key(r["meta"]) not in held_out],
-            "validation": [r for r in rows if variation_key(r["meta"]) in held_out],
-        }
         if not rows:
             print(f"skipped {name}: no examples (no labelled decision of this kind in the runs)", file=sys.stderr)
             continue
-        labels = Counter(r["meta"]["label"] for r in rows)
-        if name.startswith("review") and len(labels) < 2:
-            print(
-                f"warning: {name} has only the label {next(iter(labels))!r}; a controller cannot learn "
-                "both decisions from it (add exploratory rollouts or more tasks)",
-                file=sys.stderr,
-            )
+        splits = split_rows(rows, held_out)
+        warn_about(name, splits)
         DatasetDict({s: Dataset.from_list(r) for s, r in splits.items() if r}).save_to_disk(str(out / name))
-        (out / name / "README.md").write_text(dataset_card(name, splits, cfg.rollouts, cfg))
+        (out / name / "README.md").write_text(dataset_card(name, splits, cfg.rollouts, cfg, sides))
         counts[name] = {s: len(r) for s, r in splits.items()}
-    (out / "build.json").write_text(json.dumps({"config": asdict(cfg), "counts": counts}, indent=2) + "\n")
+    summary = {"config": asdict(cfg), "counts": counts, "validation_variations": sorted(held_out)}
+    (out / "build.json").write_text(json.dumps(summary, indent=2) + "\n")
     for name, c in counts.items():
         print(f"{name:<13} train {c['train']:>5}  validation {c['validation']:>5}", file=sys.stderr)
     return counts

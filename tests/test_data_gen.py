@@ -14,7 +14,7 @@ from rir_runtime.config import build_config
 from rir_runtime.envs import TaskSpec
 from rir_runtime.envs.builtin import WorkshopEnv
 from rir_runtime.errors import UserInputError
-from rir_runtime.jobs import read_episodes
+from rir_runtime.trace import TRACE_SCHEMA_VERSION, read_records
 from rir_runtime.values import ValueProbe, latest_best_bisect, latest_best_linear
 
 
@@ -44,9 +44,9 @@ def test_rollout_resumes_after_a_kill_without_duplicates(tmp_path: Path) -> None
     lines = path.read_text().splitlines()
     total = len(lines)
     path.write_text("\n".join(lines[:10]) + "\n" + lines[10][:25])  # killed mid-write after 10 episodes
-    with pytest.warns(UserWarning, match="truncated"):
+    with pytest.warns(UserWarning, match="partial last line"):
         rollout(cfg)
-    ids = [r["episode_id"] for r in read_episodes(path)]
+    ids = [r.episode_id for r in read_records(path)]
     assert len(ids) == len(set(ids)) == total == len(rollout_jobs(cfg))
 
 
@@ -68,7 +68,7 @@ def test_shards_partition_the_job() -> None:
 
 @pytest.mark.parametrize("variation", range(12))
 def test_bisection_agrees_with_the_linear_scan(run_dir: Path, variation: int) -> None:
-    episodes = [e for e in load_runs([str(run_dir)]) if e["variation"] == variation]
+    episodes = [e for e, _ in load_runs([str(run_dir)]) if e.variation == variation]
     env = WorkshopEnv()
     for episode in episodes:
         for point in decision_points(episode):
@@ -96,7 +96,7 @@ def test_bisection_is_logarithmic_on_a_monotone_branch() -> None:
 def test_restore_label_is_the_step_before_the_fatal_error(run_dir: Path) -> None:
     env = WorkshopEnv()
     checked = 0
-    for episode in load_runs([str(run_dir)]):
+    for episode, _ in load_runs([str(run_dir)]):
         for point in decision_points(episode):
             label = label_point(env, point)
             if label.review != "recover":
@@ -173,5 +173,16 @@ def test_bad_runs_are_named(tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match="schema 0"):
         load_runs([str(tmp_path)])
     (tmp_path / "run.json").write_text(json.dumps({"schema": 1}))
+    with pytest.raises(UserInputError, match="rir trace upgrade"):
+        load_runs([str(tmp_path)])
+    (tmp_path / "run.json").write_text(json.dumps({"schema": TRACE_SCHEMA_VERSION}))
     with pytest.raises(UserInputError, match="no finished episodes"):
         load_runs([str(tmp_path)])
+
+
+def test_tokenizer_bound_counts_the_tokenizer_s_tokens() -> None:
+    pytest.importorskip("transformers")
+    from data_gen.build import token_counter
+
+    messages = [{"role": "user", "content": "x" * 300}]
+    assert token_counter("tiny-random-llama")(messages) >= 300  # a byte tokenizer: a token per character
