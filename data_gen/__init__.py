@@ -1,1 +1,1 @@
-"""data_gen stage of the RIR pipeline (see docs/ and DESIGN.md)."""
+"""data_gen stage of the RIR pipeline: rollouts, hindsight labels, TRL datasets (see docs/)."""

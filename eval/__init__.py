@@ -1,1 +1,1 @@
-"""eval stage of the RIR pipeline (see docs/ and DESIGN.md)."""
+"""eval stage of the RIR pipeline: benchmarks, paired comparisons, reports, the pipeline (see docs/)."""

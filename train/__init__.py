@@ -1,1 +1,1 @@
-"""train stage of the RIR pipeline (see docs/ and DESIGN.md)."""
+"""train stage of the RIR pipeline: LoRA SFT, DPO and the agent recipe, through TRL and PEFT (see docs/)."""

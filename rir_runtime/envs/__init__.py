@@ -1,4 +1,4 @@
-"""Environment registry: names from DESIGN.md resolve to `Env` classes, imported lazily.
+"""Environment registry: the environment names the CLI accepts resolve to `Env` classes, imported lazily.
 
 Lazy imports keep `rir --help` fast and let the built-in environment work without Java.
 """
