@@ -33,8 +33,9 @@ test-fast: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/rir pipeline --config configs/pipeline/quickstart.yaml
 
+# mypy reads its settings (packages, strictness, third-party modules without types) from pyproject.toml.
 lint: $(STAMP)
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache

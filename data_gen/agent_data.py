@@ -23,15 +23,14 @@ import random
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rir_runtime.controllers import HeuristicController
 from rir_runtime.decisions import Reflection
-from rir_runtime.envs import TaskSpec, make_env, parse_variations, resolve_tasks
+from rir_runtime.envs import Env, TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError
 from rir_runtime.memory import ReflectionMemory
-from rir_runtime.policies import AgentContext, LLMPolicy, Policy, agent_prompt, plausible_mistake
+from rir_runtime.policies import AgentContext, LLMPolicy, Policy, action_mode, agent_prompt, plausible_mistake
 from rir_runtime.prompts import DecisionContext
 
 PREVIOUS = "previous"  # mistakes_of: the adapter of the previous round of a recipe
@@ -97,7 +96,7 @@ def guard_split(split: str) -> None:
 
 
 def expert_episode(
-    env: Any,
+    env: Env,
     task: TaskSpec,
     detour: float | None,
     max_steps: int,
@@ -175,7 +174,7 @@ def _agent(spec: str, mode: str) -> LLMPolicy:
     """The trained agent whose own mistakes a DAgger source records (`llm:<adapter or model>`)."""
     from rir_runtime.llm import make_backend
 
-    return LLMPolicy(make_backend(spec.removeprefix("llm:")), mode, name=spec)  # type: ignore[arg-type]
+    return LLMPolicy(make_backend(spec.removeprefix("llm:")), action_mode(mode), name=spec)
 
 
 def _own_action(

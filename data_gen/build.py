@@ -37,7 +37,7 @@ from data_gen.hindsight import (
     retry_success,
 )
 from rir_runtime.controllers import failure_signal
-from rir_runtime.decisions import DecisionKind, Reflection, Review, dump, parse
+from rir_runtime.decisions import DecisionKind, Reflection, Review, ReviewDecision, dump, parse
 from rir_runtime.envs import make_env
 from rir_runtime.errors import RIRError, UserInputError
 from rir_runtime.prompts import DecisionContext, Messages, approx_tokens, fit_decision
@@ -186,7 +186,7 @@ def review_rows(point: DecisionPoint, label: dict[str, Any], fit: Fit, meta: dic
     prompt = fit("review", ctx)
     reason = review_reason(ctx)
     decision = label["review"]
-    other = "continue" if decision == "recover" else "recover"
+    other: ReviewDecision = "continue" if decision == "recover" else "recover"
     good = _assistant(dump("review", Review(decision, reason)))
     bad = _assistant(dump("review", Review(other, reason)))
     meta = {**meta, "label": decision, "context": ctx.to_json(), **_values_meta(label)}
@@ -251,7 +251,9 @@ def reflect_rows(point: DecisionPoint, label: dict[str, Any], fit: Fit, meta: di
     prompt = fit("reflect", ctx_r)
     rates = json.dumps([[c.to_json(), rate] for c, rate in candidates])
     meta = {**meta, "decision": "reflect", "context": ctx_r.to_json(), "retry_success": rates}
-    rows = [("reflect_sft", {"prompt": prompt, "completion": chosen, "meta": {**meta, "label": f"{top:.2f}"}})]
+    rows: list[Row] = [
+        ("reflect_sft", {"prompt": prompt, "completion": chosen, "meta": {**meta, "label": f"{top:.2f}"}})
+    ]
     for worse, rate in ranked[1:]:
         if rate < top and worse != Reflection():
             pair = {"prompt": prompt, "chosen": chosen, "rejected": _assistant(dump("reflect", worse))}
@@ -416,8 +418,8 @@ def build(cfg: BuildConfig) -> dict[str, dict[str, int]]:
     labelled = label_episodes(episodes, cfg, out / "labels.jsonl")
     count = token_counter(cfg.tokenizer)
 
-    def fit(kind: str, ctx: Any) -> Messages:
-        return fit_decision(kind, ctx, cfg.max_prompt_tokens, count)  # type: ignore[arg-type]
+    def fit(kind: DecisionKind, ctx: DecisionContext) -> Messages:
+        return fit_decision(kind, ctx, cfg.max_prompt_tokens, count)
 
     all_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for point, label in labelled:

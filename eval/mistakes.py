@@ -22,10 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 from data_gen.hindsight import branch_snapshots
-from rir_runtime.envs import TaskSpec, make_env
+from rir_runtime.envs import Env, TaskSpec, make_env
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import RestoreError, UserInputError
 from rir_runtime.trace import Branch, read_records, replay
@@ -73,7 +72,7 @@ def after_restores(parts: Sequence[Branch]) -> Counter:
     return out
 
 
-def first_fatal_step(env: Any, task: TaskSpec, steps: tuple[Step, ...], probe: ValueProbe) -> int | None:
+def first_fatal_step(env: Env, task: TaskSpec, steps: tuple[Step, ...], probe: ValueProbe) -> int | None:
     """The index of the step after which the expert cannot win any more; None when no step was
     fatal. Raises `Unwinnable` when the expert cannot win even from the start, and `RestoreError`
     when re-executing the branch does not reproduce its recorded observations."""
@@ -119,7 +118,8 @@ def analyse(run: Path) -> MistakeReport:
     paths = sorted(run.glob("episodes*.jsonl"))  # rir eval writes one file; rollout shards one each
     if not paths:
         raise UserInputError(f"{run}/episodes.jsonl does not exist: pass --run <folder written by rir eval or rollout>")
-    report, envs = MistakeReport(), {}
+    report = MistakeReport()
+    envs: dict[str, Env] = {}
     try:
         for record in (r for path in paths for r in read_records(path)):
             env = envs.get(record.env) or envs.setdefault(record.env, make_env(record.env))
@@ -136,7 +136,7 @@ def analyse(run: Path) -> MistakeReport:
     return report
 
 
-def _file_branch(report: MistakeReport, env: Any, task: TaskSpec, branch: Branch, who: str) -> None:
+def _file_branch(report: MistakeReport, env: Env, task: TaskSpec, branch: Branch, who: str) -> None:
     """Count one branch that did not win: where its restore landed, or why it failed."""
     try:
         fatal = (

@@ -16,12 +16,15 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rir_runtime.stages import Stages, yaml_settings
 from train.launch import last_complete_checkpoint, run_training, train_command
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 @dataclass
@@ -78,6 +81,13 @@ def _train(kind: str, config: str, out: Path, model: str, data: Path, max_steps:
     run_training(f"{kind} training", train_command(f"train.{kind}", args))
 
 
+def _key_settings(config: DataclassInstance, names: str) -> dict[str, Any]:
+    """The fields of a stage's config that its cache key covers: those the pipeline sets (the other
+    fields keep their defaults, and keying on them would redo cached stages when a default is added)."""
+    values = asdict(config)
+    return {name: values[name] for name in names.split()}
+
+
 def controller_spec(name: str, cfg: PipelineConfig, adapter: Path) -> str:
     return {"prompted": f"prompted:{cfg.base_model}", "tuned": f"tuned:{adapter}"}.get(name, name)
 
@@ -107,7 +117,7 @@ def rollout_stage(stages: Stages, cfg: PipelineConfig, suite: Suite) -> Path:
     """Episodes of RIR (and exploratory variants) on the suite's train variations."""
     from data_gen.rollout import RolloutConfig, rollout
 
-    rc = dict(
+    rc = RolloutConfig(
         env=suite.env,
         tasks=suite.tasks,
         split="train",
@@ -120,20 +130,21 @@ def rollout_stage(stages: Stages, cfg: PipelineConfig, suite: Suite) -> Path:
         policy=cfg.policy,
         error_rate=cfg.error_rate,
     )
-    return stages.run(f"rollout-{suite.env}", rc, lambda d: rollout(RolloutConfig(**rc, out=str(d))))
+    settings = _key_settings(
+        rc, "env tasks split variations methods controller explore workers review_interval policy error_rate"
+    )
+    return stages.run(f"rollout-{suite.env}", settings, lambda d: rollout(replace(rc, out=str(d))))
 
 
 def data_stage(stages: Stages, cfg: PipelineConfig, rollouts: list[Path]) -> Path:
     """Hindsight labels and the TRL datasets, from every suite's rollouts."""
     from data_gen.build import BuildConfig, build
 
-    settings = {"max_prompt_tokens": cfg.max_prompt_tokens, "tokenizer": cfg.base_model}
-    return stages.run(
-        "data",
-        settings,
-        lambda d: build(BuildConfig(rollouts=[str(p) for p in rollouts], out=str(d), **settings)),
-        inputs=[p.name for p in rollouts],
+    bc = BuildConfig(
+        rollouts=[str(p) for p in rollouts], max_prompt_tokens=cfg.max_prompt_tokens, tokenizer=cfg.base_model
     )
+    settings = _key_settings(bc, "max_prompt_tokens tokenizer")  # the rollouts are inputs: their keys count
+    return stages.run("data", settings, lambda d: build(replace(bc, out=str(d))), inputs=[p.name for p in rollouts])
 
 
 def _length(cfg: PipelineConfig) -> list[str]:
@@ -170,11 +181,13 @@ def controller_eval_stage(stages: Stages, cfg: PipelineConfig, data: Path, adapt
     """Offline decision quality of the controllers on the validation split (the oracle has none)."""
     from eval.controller_eval import ControllerEvalConfig, evaluate_controllers
 
-    settings = {"controller": [s for s in specs if s != "oracle"], "max_rows": cfg.controller_eval_rows}
+    cc = ControllerEvalConfig(
+        data=str(data), controller=[s for s in specs if s != "oracle"], max_rows=cfg.controller_eval_rows
+    )
     return stages.run(
         "controller-eval",
-        settings,
-        lambda d: evaluate_controllers(ControllerEvalConfig(data=str(data), out=str(d), **settings)),
+        _key_settings(cc, "controller max_rows"),
+        lambda d: evaluate_controllers(replace(cc, out=str(d))),
         inputs=[data.name, adapter.name],
     )
 
@@ -183,7 +196,7 @@ def eval_stage(stages: Stages, cfg: PipelineConfig, suite: Suite, adapter: Path,
     """Methods x controllers on the suite's test variations."""
     from eval.harness import EvalConfig, evaluate
 
-    ec = dict(
+    ec = EvalConfig(
         env=suite.env,
         tasks=suite.tasks,
         split="test",
@@ -197,7 +210,12 @@ def eval_stage(stages: Stages, cfg: PipelineConfig, suite: Suite, adapter: Path,
         policy=cfg.policy,
         error_rate=cfg.error_rate,
     )
-    return stages.run(f"eval-{suite.env}", ec, lambda d: evaluate(EvalConfig(**ec, out=str(d))), inputs=[adapter.name])
+    settings = _key_settings(
+        ec,
+        "env tasks split variations methods controller budget_agent budget_rollback review_interval workers policy "
+        "error_rate",
+    )
+    return stages.run(f"eval-{suite.env}", settings, lambda d: evaluate(replace(ec, out=str(d))), inputs=[adapter.name])
 
 
 # --- the final report -----------------------------------------------------------------------------------------

@@ -10,10 +10,15 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from rir_runtime.errors import RIRError
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 Handler = Callable[[argparse.Namespace], int | None]
+C = TypeVar("C", bound="DataclassInstance")
 
 
 def _selection_args(p: argparse.ArgumentParser, env_positional: bool = True) -> None:
@@ -81,63 +86,67 @@ def cmd_models_prepare(args: argparse.Namespace) -> int:
 
 
 # --- pipeline stages: typed configs, YAML with flag overrides ---------------------------------
-def _stage(sub: argparse._SubParsersAction, name: str, help_text: str, config_cls: type, handler: Handler) -> None:
+def _stage(
+    sub: argparse._SubParsersAction, name: str, help_text: str, config_cls: type[DataclassInstance], handler: Handler
+) -> None:
     from rir_runtime.config import add_dataclass_arguments
 
     p = sub.add_parser(name, help=help_text, description=help_text)
     p.add_argument("--config", help="YAML file with the same keys as the flags (flags override it)")
     add_dataclass_arguments(p, config_cls)
-    p.set_defaults(handler=handler, config_cls=config_cls)
+    p.set_defaults(handler=handler)
 
 
-def _config(args: argparse.Namespace) -> object:
+def _config(args: argparse.Namespace, config_cls: type[C]) -> C:
+    """The handler's config from `--config` and its flags; typed by the class the handler names."""
     from rir_runtime.config import parse_config
 
-    return parse_config(args.config_cls, args)
+    return parse_config(config_cls, args)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from eval.harness import run_one
+    from rir_runtime.jobs import SelectionConfig
 
-    run_one(_config(args))  # type: ignore[arg-type]
+    run_one(_config(args, SelectionConfig))
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from eval.harness import evaluate
+    from eval.harness import EvalConfig, evaluate
     from eval.report import table
 
-    summary = evaluate(_config(args))  # type: ignore[arg-type]
+    summary = evaluate(_config(args, EvalConfig))
     print(table(summary))
     return 0
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from data_gen.rollout import rollout
+    from data_gen.rollout import RolloutConfig, rollout
 
-    rollout(_config(args))  # type: ignore[arg-type]
+    rollout(_config(args, RolloutConfig))
     return 0
 
 
 def cmd_build_data(args: argparse.Namespace) -> int:
-    from data_gen.build import build
+    from data_gen.build import BuildConfig, build
 
-    build(_config(args))  # type: ignore[arg-type]
+    build(_config(args, BuildConfig))
     return 0
 
 
 def cmd_eval_controller(args: argparse.Namespace) -> int:
-    from eval.controller_eval import evaluate_controllers, markdown
+    from eval.controller_eval import ControllerEvalConfig, evaluate_controllers, markdown
 
-    cfg = _config(args)
-    print(markdown(evaluate_controllers(cfg), cfg.split))  # type: ignore[attr-defined]
+    cfg = _config(args, ControllerEvalConfig)
+    print(markdown(evaluate_controllers(cfg), cfg.split))
     return 0
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from eval.pipeline import run_pipeline
+    from eval.pipeline import PipelineConfig, run_pipeline
 
-    report = run_pipeline(_config(args))  # type: ignore[arg-type]
+    report = run_pipeline(_config(args, PipelineConfig))
     print(f"report: {report}")
     return 0
 
@@ -208,7 +217,7 @@ def _add_stages(sub: argparse._SubParsersAction) -> None:
     from rir_runtime.jobs import SelectionConfig
     from train.cli import add_train_commands
 
-    stages: list[tuple[str, str, type, Handler]] = [
+    stages: list[tuple[str, str, type[DataclassInstance], Handler]] = [
         ("run", "run one episode (first task, variation, method, seed) and print its transcript", SelectionConfig,
          cmd_run),
         ("eval", "evaluate methods x controllers x tasks x seeds at fixed budgets (optionally a budget sweep); "

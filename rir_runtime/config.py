@@ -16,13 +16,16 @@ import json
 import types
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
 from rir_runtime.errors import UserInputError
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 def _base_type(tp: Any) -> tuple[Any, bool]:
@@ -42,7 +45,8 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
     try:
         if typing.get_origin(base) is list:
             (item_type,) = typing.get_args(base) or (str,)
-            if dataclasses.is_dataclass(item_type):  # nested sections: YAML mappings, or JSON on the CLI
+            # nested sections: YAML mappings, or JSON on the CLI
+            if isinstance(item_type, type) and dataclasses.is_dataclass(item_type):
                 items = json.loads(value) if isinstance(value, str) else value
                 return [
                     v if isinstance(v, item_type) else build_config(item_type, v, source=f"'{key}' entry")
@@ -87,7 +91,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
     """Instantiate dataclass `cls` from a mapping, rejecting unknown keys with a suggestion."""
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for raw_key, value in values.items():
@@ -103,7 +107,7 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
         raise UserInputError(f"invalid {source}: {err}") from None
 
 
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type[DataclassInstance]) -> None:
     """Add one `--flag` per field, without defaults (absent flags leave the YAML value alone)."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -127,11 +131,11 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
 def parse_config(cls: type[T], args: argparse.Namespace) -> T:
     """Merge `--config` YAML (if given) with explicit flags from a parsed namespace."""
     values: dict[str, Any] = load_yaml(args.config) if getattr(args, "config", None) else {}
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    names = {f.name for f in dataclasses.fields(cls)}
     values.update({k: v for k, v in vars(args).items() if k in names})
     return build_config(cls, values, source=f"config {args.config}" if getattr(args, "config", None) else "flags")
 
 
-def config_to_dict(config: Any) -> dict[str, Any]:
+def config_to_dict(config: DataclassInstance) -> dict[str, Any]:
     """A JSON-safe dict of a config dataclass, saved next to every output."""
     return dataclasses.asdict(config)

@@ -12,16 +12,17 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from rir_runtime.errors import ParseError
 
 DecisionKind = Literal["review", "locate_coarse", "locate_fine", "reflect"]
+ReviewDecision = Literal["continue", "recover"]
 
 
 @dataclass(frozen=True)
 class Review:
-    decision: Literal["continue", "recover"]
+    decision: ReviewDecision
     reason: str = ""
 
     @property
@@ -148,7 +149,7 @@ def parse(kind: DecisionKind, text: str) -> Any:
         decision = str(obj.get("decision", "")).strip().lower()
         if decision not in ("continue", "recover"):
             raise ParseError(f'"decision" must be "continue" or "recover", got {obj.get("decision")!r}')
-        return Review(decision, str(obj.get("reason", "")))  # type: ignore[arg-type]
+        return Review(cast(ReviewDecision, decision), str(obj.get("reason", "")))  # checked just above
     if kind == "locate_coarse":
         return _as_int(obj, "segment")
     if kind == "locate_fine":

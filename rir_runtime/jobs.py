@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rir_runtime.envs import ENV_CLASSES, Env, TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.errors import UnknownNameError, UserInputError
@@ -173,7 +172,9 @@ def _backend(model: str) -> Backend:
             from rir_runtime.llm import BatchingBackend, make_backend
 
             backend = make_backend(model)
-            _BACKENDS[model] = BatchingBackend(backend, _BATCH["size"]) if _BATCH["size"] > 1 else backend
+            if _BATCH["size"] > 1:
+                backend = BatchingBackend(backend, _BATCH["size"])  # mypy checks the wrapper against `Backend` here
+            _BACKENDS[model] = backend
         return _BACKENDS[model]
 
 
@@ -190,14 +191,14 @@ def run_job(job: EpisodeJob) -> EpisodeRecord:
     """Run one episode; environments and model backends are cached per worker process."""
     from rir_runtime.controllers import make_controller
     from rir_runtime.loop import Budgets, EpisodeRunner
-    from rir_runtime.policies import LLMPolicy, NoisyExpertPolicy
+    from rir_runtime.policies import LLMPolicy, NoisyExpertPolicy, Policy, action_mode
 
     env = _env(job.task.env)
     if job.policy == "noisy-expert":
-        policy: Any = NoisyExpertPolicy(env, job.error_rate, job.seed)
+        policy: Policy = NoisyExpertPolicy(env, job.error_rate, job.seed)
     else:
         model = job.policy.split(":", 1)[1]
-        policy = LLMPolicy(_backend(model), job.policy_mode, name=job.policy)
+        policy = LLMPolicy(_backend(model), action_mode(job.policy_mode), name=job.policy)
     controller = make_controller(job.controller, _backend)
     runner = EpisodeRunner(
         env,

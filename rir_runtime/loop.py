@@ -203,7 +203,13 @@ class EpisodeRunner:
     def _recover_allowed(self, ep: Episode) -> bool:
         return self.preset.recovers and ep.recoveries < self.budgets.rollback and ep.agent_calls < self.budgets.agent
 
-    def _context(self, ep: Episode, trigger: str, **extra: object) -> DecisionContext:
+    def _context(
+        self,
+        ep: Episode,
+        trigger: str,
+        segments: tuple[tuple[int, int], ...] = (),
+        restore_point: int | None = None,
+    ) -> DecisionContext:
         blamed = tuple(f.action for f in ep.memory.failures)
         return DecisionContext(
             ep.task.key,
@@ -215,8 +221,9 @@ class EpisodeRunner:
             trigger,
             tuple(ep.store.admissible()),
             blamed_actions=blamed,
+            segments=segments,
+            restore_point=restore_point,
             hindsight=ep.hindsight,
-            **extra,  # type: ignore[arg-type]
         )
 
     def _decide(

@@ -19,7 +19,8 @@ def play(env_name: str, tasks: str | None, split: str, variations: str | None) -
         spec = resolve_tasks(env, names[:1], split, (parse_variations(variations) or [0])[:1])[0]
         obs = env.reset(spec)
         print(f"== {spec.key}\nObjective: {obs.objective}\n\n{obs.text}\n\n{HELP}")
-        store, history = CheckpointStore(), ()
+        store = CheckpointStore()
+        history: tuple[Step, ...] = ()
         store.save(env, history)
         while True:
             try:

@@ -168,7 +168,16 @@ def match_action(text: str, actions: list[str]) -> tuple[AgentAction | None, str
     return None, f"'{candidate}' is not a valid action"
 
 
-MODES = ("rank", "generate", "constrain")
+ActionMode = Literal["rank", "generate", "constrain"]
+MODES: tuple[ActionMode, ...] = ("rank", "generate", "constrain")
+
+
+def action_mode(name: str) -> ActionMode:
+    """`name` as an `ActionMode` (configs carry plain strings), or the error that lists the modes."""
+    for mode in MODES:
+        if name == mode:
+            return mode
+    raise UnknownNameError("LLM action mode", name, list(MODES))
 
 
 class LLMPolicy:
@@ -183,9 +192,7 @@ class LLMPolicy:
     but does not list (ScienceWorld's "move X in inventory to Y"; it spells "move X to Y").
     """
 
-    def __init__(
-        self, backend: Backend, mode: Literal["rank", "generate", "constrain"] = "rank", name: str = "llm"
-    ) -> None:
+    def __init__(self, backend: Backend, mode: ActionMode = "rank", name: str = "llm") -> None:
         if mode not in MODES:
             raise UnknownNameError("LLM action mode", mode, list(MODES))
         self.backend, self.mode, self.name = backend, mode, name

@@ -22,7 +22,7 @@ from typing import Any
 
 from rir_runtime.errors import UserInputError
 
-StageFn = Callable[[Path], None]
+StageFn = Callable[[Path], object]  # what it returns is ignored: its results are the files in the folder
 MARKER = "stage.json"
 
 

@@ -41,8 +41,8 @@ from train.launch import last_complete_checkpoint, run_training, train_command
 
 STARTS = ("fresh", "continue")
 # Flags the recipe sets for each round; `train_args` may not override them.
-MANAGED = ("config", "model", "agent-data", "agent_data", "data", "output_dir", "output-dir", "max_steps", "max-steps")
-MANAGED += ("resume_from_checkpoint", "resume-from-checkpoint")
+MANAGED: tuple[str, ...] = ("config", "model", "agent-data", "agent_data", "data", "output_dir", "output-dir")
+MANAGED += ("max_steps", "max-steps", "resume_from_checkpoint", "resume-from-checkpoint")
 
 
 # --- the recipe ---------------------------------------------------------------------------------

@@ -97,9 +97,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         from train.agent_sft import main as agent_main
 
         return agent_main(argv)
+    prog = f"rir train {stage}"
     if stage == "sft":
-        from train.sft import main, make_parser
+        from train import sft
+
+        sft.main(*parse_train_args(sft.make_parser(prog=prog), argv))
     else:
-        from train.dpo import main, make_parser  # type: ignore[assignment]
-    main(*parse_train_args(make_parser(prog=f"rir train {stage}"), argv))
+        from train import dpo
+
+        dpo.main(*parse_train_args(dpo.make_parser(prog=prog), argv))
     return 0

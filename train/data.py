@@ -120,7 +120,7 @@ def load_datasets(
             _check_rows(name, folder, ds, kind)
             fingerprints[f"{name}/{split}"] = ds._fingerprint
             parts[split].append(ds.select_columns(list(COLUMNS[kind])))
-    out = []
+    out: list[Any] = []  # the train set, then the eval set or None
     for split, cap in (
         (script_args.train_split, script_args.max_train_samples),
         (script_args.eval_split, script_args.max_eval_samples),

@@ -27,6 +27,7 @@ import argparse
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from train.args import TrainScriptArguments
 
@@ -70,21 +71,22 @@ def build_trainer(script_args: DPOScriptArguments, training_args, model_args):
     from train.data import drop_overlong, load_datasets
     from train.models import check_lora_targets, load_base_model, load_tokenizer, resolve_base
 
-    sft_card = read_card(script_args.sft_adapter) if script_args.sft_adapter else None
+    sft_adapter = script_args.sft_adapter
+    sft_card = read_card(sft_adapter) if sft_adapter else None
     if sft_card and not script_args.model and not model_args.model_name_or_path:
         script_args.model = sft_card["base_model"]
     base_name, base_path = resolve_base(script_args, model_args)
-    if sft_card:
-        check_same_base(sft_card, script_args.sft_adapter, base_name, base_path)
-    tokenizer = load_tokenizer(script_args.sft_adapter or base_path)
+    if sft_adapter and sft_card:
+        check_same_base(sft_card, sft_adapter, base_name, base_path)
+    tokenizer = load_tokenizer(sft_adapter or base_path)
     need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
     train_ds, eval_ds, fingerprints, types = load_datasets(script_args, "pref", need_eval, training_args.seed)
     train_ds = drop_overlong(train_ds, tokenizer, training_args.max_length, "train")
     eval_ds = drop_overlong(eval_ds, tokenizer, training_args.max_length, "eval")
 
     model = load_base_model(base_path, model_args, training_args)
-    if sft_card:
-        model = PeftModel.from_pretrained(model, script_args.sft_adapter, is_trainable=True)
+    if sft_adapter and sft_card:
+        model = PeftModel.from_pretrained(model, sft_adapter, is_trainable=True)
         peft_config = None  # TRL copies the loaded adapter into a frozen "ref" adapter: the reference
     else:
         model_args.use_peft = True
@@ -128,7 +130,8 @@ def check_same_base(card: dict, adapter: str, base_name: str, base_path: str) ->
 def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str | None = None):
     from trl import DPOConfig, ModelConfig, TrlParser
 
-    dataclass_types = (DPOScriptArguments, DPOConfig, ModelConfig)
+    # `Any`: TRL types these as `DataClassType`, a NewType over Any that no class matches
+    dataclass_types: tuple[Any, ...] = (DPOScriptArguments, DPOConfig, ModelConfig)
     if subparsers is not None:
         return subparsers.add_parser("dpo", help="train a controller adapter with DPO", dataclass_types=dataclass_types)
     return TrlParser(dataclass_types, prog=prog)

@@ -23,6 +23,7 @@ The adapter folder gets the tokenizer and `rir_controller.json` (checked by `rir
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from train.args import TrainScriptArguments
 
@@ -81,7 +82,8 @@ def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
 def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str | None = None):
     from trl import ModelConfig, SFTConfig, TrlParser
 
-    dataclass_types = (TrainScriptArguments, SFTConfig, ModelConfig)
+    # `Any`: TRL types these as `DataClassType`, a NewType over Any that no class matches
+    dataclass_types: tuple[Any, ...] = (TrainScriptArguments, SFTConfig, ModelConfig)
     if subparsers is not None:
         return subparsers.add_parser("sft", help="train a controller adapter with SFT", dataclass_types=dataclass_types)
     return TrlParser(dataclass_types, prog=prog)

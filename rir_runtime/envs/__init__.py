@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-from rir_runtime.envs.base import SPLITS, Env, Observation, Snapshot, StepResult, TaskSpec
+from rir_runtime.envs.base import SPLITS, Env, Observation, Snapshot, StepResult, TaskSpec, as_split
 from rir_runtime.errors import UnknownNameError, UserInputError
 
 # name -> "module:Class"
@@ -25,6 +25,7 @@ __all__ = [
     "Snapshot",
     "StepResult",
     "TaskSpec",
+    "as_split",
     "env_class",
     "make_env",
     "parse_variations",
@@ -69,8 +70,7 @@ def parse_variations(text: str | None) -> list[int] | None:
 
 def resolve_tasks(env: Env, tasks: list[str] | None, split: str, variations: list[int] | None) -> list[TaskSpec]:
     """Validate a selection and expand it into `TaskSpec`s, with one clear error for bad input."""
-    if split not in SPLITS:
-        raise UnknownNameError("split", split, list(SPLITS))
+    the_split = as_split(split)
     names = type(env).task_names()
     chosen = tasks or names
     if not chosen:
@@ -79,7 +79,7 @@ def resolve_tasks(env: Env, tasks: list[str] | None, split: str, variations: lis
     for task in chosen:
         if task not in names:
             raise UnknownNameError(f"{env.name} task", task, names)
-        n = env.num_variations(task, split)  # type: ignore[arg-type]
+        n = env.num_variations(task, the_split)
         wanted = variations if variations is not None else list(range(n))
         for v in wanted:
             if not 0 <= v < n:
@@ -87,5 +87,5 @@ def resolve_tasks(env: Env, tasks: list[str] | None, split: str, variations: lis
                     f"variation {v} does not exist for {env.name} task '{task}' in split '{split}' "
                     f"(it has variations 0-{n - 1}); pick --variations within that range"
                 )
-            specs.append(TaskSpec(env=env.name, task=task, split=split, variation=v))  # type: ignore[arg-type]
+            specs.append(TaskSpec(env=env.name, task=task, split=the_split, variation=v))
     return specs

@@ -12,10 +12,18 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rir_runtime.errors import RestoreError
+from rir_runtime.errors import RestoreError, UnknownNameError
 
-SPLITS = ("train", "dev", "test")
 Split = Literal["train", "dev", "test"]
+SPLITS: tuple[Split, ...] = ("train", "dev", "test")
+
+
+def as_split(name: str) -> Split:
+    """`name` as a `Split` (configs and flags carry plain strings), or the error that lists the splits."""
+    for split in SPLITS:
+        if name == split:
+            return split
+    raise UnknownNameError("split", name, list(SPLITS))
 
 
 @dataclass(frozen=True)

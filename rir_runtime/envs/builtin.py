@@ -115,8 +115,8 @@ class WorkshopEnv(ReplayEnv):
 
     def _step_engine(self, action: str) -> StepResult:
         s = self._state
-        if s.over:
-            return self._result("The episode is over.", done=True)
+        if s.over:  # a no-op: the score stays where the last real step left it
+            return StepResult("The episode is over.", reward=0.0, score=self._score, done=True, won=False, lost=False)
         verb, _, arg = action.strip().lower().partition(" ")
         item = s.ingredients.get(arg)
         if action.strip().lower() == "read notebook" and s.room == "bench":

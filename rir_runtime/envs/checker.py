@@ -54,8 +54,8 @@ def walk(env: Env, n: int) -> list[tuple[str, StepResult]]:
 def check_reset(env: Env, task: TaskSpec) -> None:
     obs = env.reset(task)
     _require(isinstance(obs, Observation), f"reset() must return Observation, got {type(obs).__name__}")
-    _require(isinstance(obs.text, str) and obs.text, "reset() returned an empty observation text")
-    _require(isinstance(obs.objective, str) and obs.objective, "reset() returned no task objective")
+    _require(isinstance(obs.text, str) and bool(obs.text), "reset() returned an empty observation text")
+    _require(isinstance(obs.objective, str) and bool(obs.objective), "reset() returned no task objective")
 
 
 def check_step_types(env: Env, task: TaskSpec) -> None:
@@ -126,7 +126,7 @@ def check_expert(env: Env, task: TaskSpec) -> None:
     env.reset(task)
     plan = env.expert_actions()
     _require(
-        isinstance(plan, list) and plan and all(isinstance(a, str) for a in plan),
+        isinstance(plan, list) and bool(plan) and all(isinstance(a, str) for a in plan),
         "expert_actions() must return a non-empty list of str right after reset",
     )
 

@@ -329,7 +329,9 @@ def load_model_and_tokenizer(name: str, dtype: Any = "auto", device: str = "cpu"
         if spec.kind in ("packaged-gguf", "tiny"):
             raise _corrupt(spec.name, Path(where), reason) from None
         raise ModelLoadError(f"cannot load model folder {where}: {reason}") from None
-    return model.to(device).eval(), tokenizer
+    # transformers declares `PreTrainedModel.to` with functools.wraps(nn.Module.to), whose type is the unbound
+    # method (`self` first), so mypy reads the device as the module argument.
+    return model.to(device).eval(), tokenizer  # type: ignore[arg-type]
 
 
 def load_tokenizer(name: str) -> Any:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, fields
-from functools import cache
 from typing import Any, ClassVar
 
 from rir_runtime.decisions import Reflection
@@ -234,9 +233,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-@cache
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def type_hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    """`typing.get_type_hints(cls)`, computed once per class: every event and record read needs them."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 _SCALARS = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}

@@ -17,9 +17,9 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from rir_runtime.envs.base import TaskSpec
+from rir_runtime.envs.base import Split, TaskSpec
 from rir_runtime.errors import UserInputError
 from rir_runtime.memory import MemorySnapshot
 from rir_runtime.trace.events import Event, TraceFormatError, check_scalar, event_from_json, type_hints
@@ -69,7 +69,8 @@ class EpisodeRecord:
 
     @property
     def task_spec(self) -> TaskSpec:
-        return TaskSpec(self.env, self.task, self.split, self.variation)
+        # `split` was a validated `TaskSpec.split` when the episode ran; the record stores it as plain text.
+        return TaskSpec(self.env, self.task, cast(Split, self.split), self.variation)
 
     @property
     def method_key(self) -> str:
