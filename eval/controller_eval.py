@@ -76,12 +76,18 @@ def score_controller(spec: str, data: Path, split: str, max_rows: int) -> dict[s
         "reflect": controller.reflect,
     }
 
+    answered: dict[tuple[str, str], Decision] = {}
+
     def decide(kind: DecisionKind, row: dict[str, Any]) -> Decision:
-        ctx = DecisionContext.from_json(row["meta"]["context"])
-        start = time.perf_counter()
-        decision = calls[kind](ctx)
-        latency.append(time.perf_counter() - start)
-        return decision
+        """The controller's decision on the row's situation; a situation that several rows share
+        (a reflection and its preference pairs) is decided once."""
+        key = (kind, row["meta"]["context"])
+        if key not in answered:
+            ctx = DecisionContext.from_json(row["meta"]["context"])
+            start = time.perf_counter()
+            answered[key] = calls[kind](ctx)
+            latency.append(time.perf_counter() - start)
+        return answered[key]
 
     review = _rows(data, "review_sft", split, max_rows)
     tp = fp = fn = correct = 0
