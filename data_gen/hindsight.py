@@ -43,6 +43,7 @@ class DecisionPoint:
     objective: str
     review: ReviewPoint
     source_run: str = ""  # the rollout folder the episode came from
+    max_score: float | None = None
 
     @property
     def id(self) -> str:
@@ -97,7 +98,14 @@ class Label:
 def decision_points(record: EpisodeRecord, source_run: str = "") -> list[DecisionPoint]:
     """Every review of an episode with the branch as it stood (`rir_runtime.trace.replay`)."""
     trace = replay(record)
-    return [DecisionPoint(record, trace.objective, point, source_run) for point in trace.reviews]
+    return [DecisionPoint(record, trace.objective, point, source_run, trace.max_score) for point in trace.reviews]
+
+
+def ended(point: DecisionPoint) -> bool:
+    """Whether the branch had ended when the review came (won, lost, or a terminal review of an
+    episode that ended otherwise, e.g. ScienceWorld's completion below the maximum score)."""
+    h = point.history
+    return bool(h) and (h[-1].won or h[-1].lost) or point.trigger == "terminal"
 
 
 def branch_snapshots(env: Env, task: TaskSpec, history: tuple[Step, ...]) -> tuple[list[Snapshot], int]:
@@ -117,7 +125,7 @@ def label_point(env: Env, point: DecisionPoint, bisect: bool = True, max_steps: 
     snaps, spent = branch_snapshots(env, point.task, point.history)
     probe = ValueProbe(env, max_steps=max_steps)
     h = point.history
-    terminal = bool(h) and (h[-1].won or h[-1].lost)
+    terminal = ended(point)
     indices = list(range(len(h))) if terminal else list(range(len(h) + 1))
 
     def value(i: int) -> float:
@@ -207,8 +215,7 @@ def context_for(point: DecisionPoint, trigger: str | None = None, **extra: Any) 
     objective = point.objective
     memory = ReflectionMemory.from_snapshot(point.memory, objective)
     h = point.history
-    terminal = bool(h) and (h[-1].won or h[-1].lost)
-    admissible = tuple(range(len(h) if terminal else len(h) + 1))
+    admissible = tuple(range(len(h) if ended(point) else len(h) + 1))
     score = h[-1].score if h else 0.0
     return DecisionContext(
         point.task.key,
@@ -220,5 +227,6 @@ def context_for(point: DecisionPoint, trigger: str | None = None, **extra: Any) 
         trigger or point.trigger,
         admissible,
         blamed_actions=tuple(f.action for f in memory.failures),
+        max_score=point.max_score,
         **extra,
     )

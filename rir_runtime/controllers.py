@@ -22,7 +22,7 @@ from typing import Protocol
 from rir_runtime.decisions import Decision, DecisionKind, Failure, Reflection, Review, dump, parse
 from rir_runtime.errors import ParseError, RIRError, UnknownNameError
 from rir_runtime.llm.base import Backend
-from rir_runtime.prompts import DecisionContext, content_tokens, fit_decision
+from rir_runtime.prompts import DecisionContext, content_tokens, ending, fit_decision
 from rir_runtime.structured import fill_reflection
 
 # Verbs that only look or move: a failure is rarely caused by them.
@@ -70,15 +70,17 @@ class FailureSignal:
 
 
 def failure_signal(ctx: DecisionContext, stall_steps: int = 8, loop_steps: int = 3) -> FailureSignal | None:
-    """A visible sign of trouble in the branch: lost, a score drop, an LLM agent stuck repeating
-    one action to the same reply (urgent: each names a state worse than before), an error reply,
-    or a stall (which wait for a scheduled review)."""
+    """A visible sign of trouble in the branch: lost, an ending below the task's maximum score, a
+    score drop, an LLM agent stuck repeating one action to the same reply (urgent: each names a
+    state worse than before), an error reply, or a stall (which wait for a scheduled review)."""
     h = ctx.history
     if not h:
         return None
     last = h[-1]
     if last.lost:
         return FailureSignal(f"the episode was lost after '{last.action}'", urgent=True)
+    if ctx.trigger == "terminal" and (ctx.max_score is not None and ctx.score < ctx.max_score):
+        return FailureSignal(ending(ctx), urgent=True)  # ended below the maximum: a visible failure
     if len(h) >= 2 and last.score < h[-2].score:
         return FailureSignal(f"the score dropped after '{last.action}'", urgent=True)
     if len(h) >= loop_steps and len({(s.action, s.observation) for s in h[-loop_steps:]}) == 1:

@@ -16,11 +16,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from rir_runtime.budgets import Budgets
 from rir_runtime.controllers import Controller, failure_signal, latest_admissible_in
 from rir_runtime.decisions import Decision, Reflection, dump
 from rir_runtime.envs.base import Env, TaskSpec
 from rir_runtime.envs.checkpoints import CheckpointStore, Step
 from rir_runtime.errors import RestoreError
+from rir_runtime.guidance import EXCLUDED
 from rir_runtime.memory import ReflectionMemory
 from rir_runtime.policies import AgentContext, Policy
 from rir_runtime.prompts import DecisionContext
@@ -28,6 +30,7 @@ from rir_runtime.recovery import RecoveryPreset, ReviewSchedule, segments
 from rir_runtime.trace import (
     EpisodeRecord,
     Event,
+    GuidanceEvent,
     LocateEvent,
     LocateFailedEvent,
     LocateFallbackEvent,
@@ -43,16 +46,7 @@ from rir_runtime.trace import (
 )
 from rir_runtime.values import Hindsight, ValueProbe
 
-
-@dataclass(frozen=True)
-class Budgets:
-    agent: int = 60  # B_agent: model calls, agent and controller
-    rollback: int = 5  # B_rb: recoveries
-    max_steps: int = 100  # environment steps per episode, a safety cap
-
-    def __post_init__(self) -> None:
-        if self.agent < 0 or self.rollback < 0 or self.max_steps < 1:
-            raise ValueError("budgets must be >= 0 (agent, rollback) and max_steps >= 1")
+DEFAULT_BUDGETS = Budgets()
 
 
 @dataclass
@@ -80,6 +74,9 @@ class Episode:
     stop_reason: str = ""
     events: list[Event] = field(default_factory=list)
     hindsight: Hindsight | None = None  # only for controllers that read the future (the oracle)
+    max_score: float | None = None
+    agent_budget: int = 0  # B_agent of this episode (a relative budget resolved at reset)
+    expert_steps: int | None = None  # the expert's path length at reset, where it has one
 
     @property
     def t(self) -> int:
@@ -98,7 +95,7 @@ class EpisodeRunner:
         policy: Policy,
         controller: Controller,
         preset: RecoveryPreset,
-        budgets: Budgets = Budgets(),
+        budgets: Budgets = DEFAULT_BUDGETS,
         review_interval: int = 4,
         memory_chars: int = 1200,
     ) -> None:
@@ -121,7 +118,11 @@ class EpisodeRunner:
         if self.controller.uses_hindsight:
             ep.hindsight = Hindsight(probe, lambda i: ep.store[i].snapshot)
         schedule = ReviewSchedule(base=max(1, self.review_interval), maximum=max(16, self.review_interval))
-        ep.log(ResetEvent(ep.t, observation=obs.text, objective=obs.objective))
+        ep.max_score = self.env.max_score()
+        if self.budgets.relative_agent:  # the expert's path can cost seconds to plan: only when asked
+            ep.expert_steps = len(self.env.expert_actions()) if self.env.has_expert else None
+        ep.agent_budget = self.budgets.agent_calls(ep.expert_steps)
+        ep.log(ResetEvent(ep.t, observation=obs.text, objective=obs.objective, max_score=ep.max_score))
 
         while True:
             if ep.done:
@@ -129,7 +130,7 @@ class EpisodeRunner:
                     ep.stop_reason = ep.stop_reason or ("won" if ep.won else "failed")
                     break
                 continue
-            if ep.agent_calls >= self.budgets.agent:
+            if ep.agent_calls >= ep.agent_budget:
                 ep.stop_reason = "agent budget spent"
                 break
             if ep.env_steps >= self.budgets.max_steps:
@@ -144,9 +145,19 @@ class EpisodeRunner:
 
     def _agent_turn(self, ep: Episode, schedule: ReviewSchedule) -> None:
         ctx = AgentContext(
-            ep.task.key, ep.objective, ep.memory, ep.history, ep.observation, self.env.admissible_actions
+            ep.task.key,
+            ep.objective,
+            ep.memory,
+            ep.history,
+            ep.observation,
+            self.env.admissible_actions,
+            self.preset.guidance,
         )
         act = self.policy.act(ctx)
+        if act.guided is not None:
+            g = act.guided
+            penalty = None if g.penalty == EXCLUDED else g.penalty
+            ep.log(GuidanceEvent(ep.t, g.mode, g.warned, g.reasons, penalty, g.unguided, g.chosen, g.scores))
         ep.agent_calls += 1
         ep.prompt_tokens += act.prompt_tokens
         ep.completion_tokens += act.completion_tokens
@@ -201,7 +212,7 @@ class EpisodeRunner:
 
     # --- recovery: When, Where, What ---------------------------------------------------------------
     def _recover_allowed(self, ep: Episode) -> bool:
-        return self.preset.recovers and ep.recoveries < self.budgets.rollback and ep.agent_calls < self.budgets.agent
+        return self.preset.recovers and ep.recoveries < self.budgets.rollback and ep.agent_calls < ep.agent_budget
 
     def _context(
         self,
@@ -223,6 +234,7 @@ class EpisodeRunner:
             blamed_actions=blamed,
             segments=segments,
             restore_point=restore_point,
+            max_score=ep.max_score,
             hindsight=ep.hindsight,
         )
 
@@ -230,7 +242,7 @@ class EpisodeRunner:
         self, ep: Episode, decide: Callable[[DecisionContext], Decision], ctx: DecisionContext
     ) -> Decision | None:
         """One controller call, counted; None when a model-backed call would exceed the budget."""
-        if self.controller.uses_model and ep.agent_calls >= self.budgets.agent:
+        if self.controller.uses_model and ep.agent_calls >= ep.agent_budget:
             return None
         decision = decide(ctx)
         ep.controller_calls += 1
@@ -311,7 +323,10 @@ class EpisodeRunner:
         if self.preset.memory != "none":
             decision = self._decide(ep, self.controller.reflect, self._context(ep, "reflect", restore_point=r))
             reflection = decision.value if decision else Reflection()
-            ep.memory.add(reflection)
+            prefix = tuple(s.action for s in ep.history[:r])  # the branch up to the restore point
+            ep.memory.add(reflection, anchor=prefix)
+            if self.preset.remember_abandoned and r < ep.t:
+                ep.memory.remember_abandoned(prefix, ep.history[r].action)
             ep.log(
                 ReflectEvent(
                     ep.t,
@@ -368,6 +383,10 @@ class EpisodeRunner:
             stop_reason=ep.stop_reason,
             memory=ep.memory.snapshot(),
             events=tuple(ep.events),
+            budget_agent=ep.agent_budget,
+            budget_rollback=self.budgets.rollback,
+            budget_agent_spec=str(self.budgets.agent),
+            expert_steps=ep.expert_steps,
         )
 
 

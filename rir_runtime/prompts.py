@@ -18,7 +18,7 @@ from rir_runtime.envs.checkpoints import Step
 if TYPE_CHECKING:
     from rir_runtime.values import Hindsight
 
-PROMPT_FORMAT_VERSION = 1
+PROMPT_FORMAT_VERSION = 2  # 2: a terminal review states the ending (score of the maximum)
 Messages = list[dict[str, str]]
 
 
@@ -38,6 +38,7 @@ class DecisionContext:
     segment: tuple[int, int] | None = None  # fine: the chosen range
     restore_point: int | None = None  # reflect: where the branch is being rolled back to
     blamed_actions: tuple[str, ...] = ()  # actions already named in remembered failures
+    max_score: float | None = None  # the task's highest score, where the benchmark says
     extra: dict[str, object] = field(default_factory=dict)
     # The oracle's view of the future: set by the loop only for controllers that ask for it.
     hindsight: Hindsight | None = field(default=None, compare=False, repr=False)
@@ -102,6 +103,8 @@ def render_decision(kind: DecisionKind, ctx: DecisionContext, max_steps: int = 3
     parts.append(f"Current observation: {_clip(ctx.observation, 300)} (score {ctx.score:g})")
     if kind == "review":
         parts.append(f"Review trigger: {ctx.trigger}")
+        if ctx.trigger == "terminal":
+            parts.append(f"Outcome: {ending(ctx)}")
     elif kind == "locate_coarse":
         segs = [f"segment {i}: checkpoints {a}-{b - 1}" for i, (a, b) in enumerate(ctx.segments)]
         parts.append("Segments:\n" + "\n".join(segs))
@@ -113,6 +116,13 @@ def render_decision(kind: DecisionKind, ctx: DecisionContext, max_steps: int = 3
         parts.append(f"Restoring to checkpoint {ctx.restore_point}; steps from there on are abandoned.")
     parts.append(INSTRUCTIONS[kind])
     return [{"role": "system", "content": SYSTEM_CONTROLLER}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def ending(ctx: DecisionContext) -> str:
+    """How a terminal review's episode ended, in the words the agent could see: a terminal review
+    happens only when an episode ends without success."""
+    of = f" of {ctx.max_score:g}" if ctx.max_score is not None else ""
+    return f"the episode ended without success, at score {ctx.score:g}{of}"
 
 
 def content_tokens(messages: Messages) -> int:

@@ -8,14 +8,17 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+from rir_runtime.budgets import Budgets
 from rir_runtime.controllers import HeuristicController, OracleController, PromptedController
 from rir_runtime.decisions import Decision, Failure, Reflection
 from rir_runtime.envs import TaskSpec
 from rir_runtime.envs.builtin import WorkshopEnv
+from rir_runtime.envs.checkpoints import Step
 from rir_runtime.jobs import SelectionConfig, expand_jobs, run_jobs
-from rir_runtime.loop import Budgets, EpisodeRunner
+from rir_runtime.loop import EpisodeRunner
 from rir_runtime.memory import MemorySnapshot, ReflectionMemory, is_state_claim
 from rir_runtime.policies import AgentAction, AgentContext, NoisyExpertPolicy
+from rir_runtime.prompts import DecisionContext, fit_decision
 from rir_runtime.recovery import PRESETS, ReviewSchedule, segments
 from rir_runtime.trace import read_records
 
@@ -125,7 +128,6 @@ def test_segments_cut_at_milestones_and_chunks() -> None:
     env = WorkshopEnv()
     r = run("react", TASKS[0], error_rate=0.0)
     assert r.success
-    from rir_runtime.envs.checkpoints import Step
 
     history = tuple(Step(e.t - 1, e.action, e.observation, e.score) for e in events(r, "step"))[:-1]
     segs = segments(history, len(history))
@@ -366,11 +368,14 @@ def test_bad_selection_is_rejected() -> None:
 
     with pytest.raises(UserInputError, match="unknown method 'rirr'"):
         build_config(SelectionConfig, {"methods": ["rirr"]})
-    with pytest.raises(UserInputError, match="budgets must be >= 0"):
+    with pytest.raises(UserInputError, match="agent budget '-1' is neither a count"):
         build_config(SelectionConfig, {"budget_agent": -1})
+    with pytest.raises(UserInputError, match="budgets must be >= 0"):
+        build_config(SelectionConfig, {"budget_rollback": -1})
     with pytest.raises(UserInputError, match="policy"):
         build_config(SelectionConfig, {"policy": "gpt"})
-    assert replace(SelectionConfig(), budget_agent=0).budget_agent == 0
+    assert build_config(SelectionConfig, {"budget_agent": 0}).budget_agent == "0"
+    assert build_config(SelectionConfig, {"budget_agent": "1.50x"}).budget_agent == "1.5x"
 
 
 class RankingBackend:
@@ -401,7 +406,6 @@ def test_ranked_decisions_choose_within_the_closed_set() -> None:
 
 
 def test_heuristic_recovers_an_agent_stuck_in_a_loop_before_the_silent_mistake() -> None:
-    from rir_runtime.envs.checkpoints import Step
     from rir_runtime.prompts import DecisionContext
 
     steps = (
@@ -442,7 +446,6 @@ def test_replies_map_to_listed_actions_only_for_typos_and_otherwise_go_as_typed(
 
 def test_failure_signals_say_which_are_urgent_between_scheduled_reviews() -> None:
     from rir_runtime.controllers import failure_signal
-    from rir_runtime.envs.checkpoints import Step
     from rir_runtime.prompts import DecisionContext
 
     def signal(*steps: Step):
@@ -511,7 +514,6 @@ def test_structured_reflection_always_parses_and_blames_an_abandoned_step() -> N
     import json
 
     from rir_runtime.decisions import parse
-    from rir_runtime.envs.checkpoints import Step
     from rir_runtime.prompts import DecisionContext
     from rir_runtime.structured import fill_reflection
 
@@ -559,3 +561,25 @@ def test_structured_reflection_always_parses_and_blames_an_abandoned_step() -> N
     # the step before the restore point is not abandoned, so it cannot be blamed
     other = fill_reflection(SlotBackend(["]", "]", 'x"', 'y"', 'z"'], prefer="outside"), [], ctx).value
     assert other.failure is not None and other.failure.action in ("focus on bee", "look around")
+
+
+def test_an_ending_below_the_maximum_score_is_a_failure_the_terminal_review_sees() -> None:
+    """A ScienceWorld episode can end 'completed' at score 83 after a wrong final action: not lost,
+    no score drop. The heuristic must still see a failure, and a model-backed controller's prompt
+    must say how the episode ended."""
+    history = (Step(0, "go to outside", "You are outside.", 0.0), Step(1, "focus on bee", "You focus.", 83.0))
+    ctx = DecisionContext("scienceworld/t", "goal", "", history, "You focus.", 83.0, "terminal", (0, 1), max_score=100)
+    verdict = HeuristicController().review(ctx).value
+    assert verdict.recover and "ended without success, at score 83 of 100" in verdict.reason
+    prompt = fit_decision("review", ctx)[-1]["content"]
+    assert "Outcome: the episode ended without success, at score 83 of 100" in prompt
+    # reached the maximum, or not a terminal review: no signal from the score
+    assert not HeuristicController().review(replace(ctx, max_score=83.0)).value.recover
+    assert not HeuristicController().review(replace(ctx, trigger="schedule")).value.recover
+    assert "Outcome:" not in fit_decision("review", replace(ctx, trigger="schedule"))[-1]["content"]
+
+
+def test_the_loop_records_the_task_maximum_for_its_controllers() -> None:
+    r = run("rir", TASKS[0])
+    reset = r.events[0]
+    assert reset.type == "reset" and reset.max_score == 100.0

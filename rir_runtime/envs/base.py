@@ -134,6 +134,11 @@ class Env(ABC):
         """The oracle plan from the current state to success ([] when none is known or possible)."""
         return []
 
+    def max_score(self) -> float | None:
+        """The current task's highest score (None when the benchmark does not say): a visible score
+        below it at the end of an episode is a failure the agent can see."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - an optional hook: most engines hold nothing to release
         """Release engine resources."""
 

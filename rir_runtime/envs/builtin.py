@@ -100,6 +100,9 @@ class WorkshopEnv(ReplayEnv):
             raise UnknownNameError("builtin task", task, list(TASKS))
         return VARIATIONS_PER_SPLIT
 
+    def max_score(self) -> float | None:
+        return MAX_SCORE
+
     # --- engine -----------------------------------------------------------------------
     def _reset_engine(self, task: TaskSpec) -> Observation:
         if task.task not in TASKS:

@@ -216,6 +216,9 @@ class ScienceWorldEnv(ReplayEnv):
             info={"variation_id": self._variation_id, "simplification": self.simplification},
         )
 
+    def max_score(self) -> float | None:
+        return 100.0  # the package's scores are 0..1, reported here as percent
+
     def _step_engine(self, action: str) -> StepResult:
         server = self._sw.server
         text = compact_look(str(server.step(action)).rstrip())

@@ -267,6 +267,9 @@ class TextWorldCookingEnv(ReplayEnv):
     def admissible_actions(self) -> list[str]:
         return list(self._last.get("admissible", []))
 
+    def max_score(self) -> float | None:
+        return float(self._last["max_score"]) if self._last and self._last.get("max_score") else None
+
     def expert_actions(self) -> list[str]:
         """TextWorld's plan from the current state; `--drop` games have none (their quests lack
         triggering policies), so there the rest of the walkthrough is used while we are still on it."""

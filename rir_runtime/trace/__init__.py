@@ -9,6 +9,7 @@ for record in read_records(Path("runs/eval/presets-builtin/episodes.jsonl")):
 from rir_runtime.trace.events import (
     EVENT_TYPES,
     Event,
+    GuidanceEvent,
     LocateEvent,
     LocateFailedEvent,
     LocateFallbackEvent,
@@ -41,6 +42,7 @@ __all__ = [
     "Branch",
     "EpisodeRecord",
     "Event",
+    "GuidanceEvent",
     "LocateEvent",
     "LocateFailedEvent",
     "LocateFallbackEvent",

@@ -58,10 +58,11 @@ class Event:
 # --- the agent's side -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ResetEvent(Event):
-    """The episode started: the first observation and the task objective."""
+    """The episode started: the first observation, the task objective and its highest score."""
 
     observation: str
     objective: str
+    max_score: float | None = None
     type: ClassVar[str] = "reset"
 
 
@@ -76,6 +77,32 @@ class StepEvent(Event):
     lost: bool = False
     injected_error: bool = False  # the error-injected expert's deliberate mistake (ground truth)
     type: ClassVar[str] = "step"
+
+
+@dataclass(frozen=True)
+class GuidanceEvent(Event):
+    """Memory guidance acted on the next action: which candidates it warned against (and why), the
+    log-probability it took off each (None: excluded), and what the agent would have done without it."""
+
+    mode: str
+    warned: tuple[str, ...]
+    reasons: tuple[str, ...]
+    penalty: float | None
+    unguided: str
+    chosen: str
+    scores: tuple[float, ...] = ()  # the warned candidates' log-probabilities before the penalty (ranking)
+    type: ClassVar[str] = "guidance"
+    _NESTED: ClassVar[frozenset[str]] = frozenset({"warned", "reasons", "scores"})
+
+    @classmethod
+    def _nested(cls, name: str, value: Any) -> Any:
+        if not isinstance(value, list):
+            raise TraceFormatError(f"'guidance' event: {name} must be a list, got {value!r}")
+        return tuple(float(v) for v in value) if name == "scores" else tuple(str(v) for v in value)
+
+    @property
+    def changed(self) -> bool:
+        return self.unguided != self.chosen
 
 
 @dataclass(frozen=True)
@@ -199,6 +226,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for cls in (
         ResetEvent,
         StepEvent,
+        GuidanceEvent,
         RespondEvent,
         RollbackCallEvent,
         ToolErrorEvent,

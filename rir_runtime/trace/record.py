@@ -64,8 +64,10 @@ class EpisodeRecord:
     seed: int = 0
     tag: str = ""
     error_rate: float = 0.0
-    budget_agent: int = 0
+    budget_agent: int = 0  # B_agent of this episode (a relative budget resolved against the expert's path)
     budget_rollback: int = 0
+    budget_agent_spec: str = ""  # B_agent as asked: "60", or "1.5x" the expert's path length
+    expert_steps: int | None = None  # the expert's path length at reset (measured for relative budgets)
 
     @property
     def task_spec(self) -> TaskSpec:

@@ -57,18 +57,21 @@ class Replay:
     initial_observation: str
     branches: tuple[Branch, ...]
     reviews: tuple[ReviewPoint, ...]
+    max_score: float | None = None
 
 
 def replay(record: EpisodeRecord) -> Replay:
     """Walk the events once; `TraceError` if they contradict each other (a step out of order)."""
     steps: tuple[Step, ...] = ()
     objective = initial = observation = ""
+    max_score: float | None = None
     memory = MemorySnapshot()
     branches: list[Branch] = []
     reviews: list[ReviewPoint] = []
     for event in record.events:
         if isinstance(event, ResetEvent):
             objective, initial, observation = event.objective, event.observation, event.observation
+            max_score = event.max_score
         elif isinstance(event, StepEvent):
             if event.t != len(steps) + 1:
                 raise TraceError(
@@ -92,7 +95,7 @@ def replay(record: EpisodeRecord) -> Replay:
                 steps = steps[: event.to]
                 observation = steps[-1].observation if steps else initial
     branches.append(Branch(steps, record.stop_reason))
-    return Replay(objective, initial, tuple(branches), tuple(reviews))
+    return Replay(objective, initial, tuple(branches), tuple(reviews), max_score)
 
 
 def _step(index: int, event: StepEvent) -> Step:
