@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.report import write_report
+from rir_runtime.budgets import AgentBudget
 from rir_runtime.jobs import EpisodeJob, SelectionConfig, check_nonempty, expand_jobs, run_job, run_jobs
 from rir_runtime.trace import EpisodeRecord
 from rir_runtime.transcript import render_transcript
@@ -21,9 +22,12 @@ from rir_runtime.transcript import render_transcript
 
 @dataclass
 class EvalConfig(SelectionConfig):
-    budget_sweep: list[int] | None = field(
+    budget_sweep: list[str] | None = field(
         default=None,
-        metadata={"help": "comma list of agent-call budgets to sweep (each runs the whole selection); empty: off"},
+        metadata={
+            "help": "comma list of agent budgets to sweep, absolute (10,20,40) or relative (1x,1.5x,2x); "
+            "each runs the whole selection; empty: off"
+        },
     )
     title: str = field(default="RIR evaluation", metadata={"help": "report title"})
 
@@ -32,8 +36,7 @@ class EvalConfig(SelectionConfig):
         if self.budget_sweep is not None:
             if not self.budget_sweep:
                 raise ValueError("budget_sweep has no points: list budgets like 10,20,40, or drop the key")
-            if any(b < 0 for b in self.budget_sweep):
-                raise ValueError("budget_sweep budgets must be >= 0")
+            self.budget_sweep = [str(AgentBudget.parse(b)) for b in self.budget_sweep]
 
 
 def run_one(cfg: SelectionConfig) -> EpisodeRecord:
@@ -75,8 +78,11 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     from eval.plots import write_plots  # matplotlib is slow to import: only when plotting
 
     write_plots(records, out, sweep=bool(cfg.budget_sweep))
-    reference = max(cfg.budget_sweep) if cfg.budget_sweep else cfg.budget_agent  # the table is at one budget
-    at_budget = [r for r in records if r.budget_agent == reference]
+    # the table is at one budget: the largest of a sweep
+    reference = (
+        max(cfg.budget_sweep, key=lambda b: AgentBudget.parse(b).amount) if cfg.budget_sweep else cfg.budget_agent
+    )
+    at_budget = [r for r in records if r.budget_agent_spec == reference]
     summary = write_report(at_budget, {**config, "budget_agent": reference}, out, title=cfg.title, all_records=records)
     print(f"wrote {out / 'summary.json'}, {out / 'report.md'} and plots", file=sys.stderr)
     return summary

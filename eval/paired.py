@@ -29,7 +29,7 @@ def pairing_key(record: EpisodeRecord) -> PairingKey:
         record.split,
         record.variation,
         record.seed,
-        record.budget_agent,
+        record.budget_agent_spec,
         record.budget_rollback,
     )
 

@@ -59,7 +59,7 @@ class PipelineConfig:
         default_factory=lambda: ["heuristic", "prompted", "tuned"],
         metadata={"help": "heuristic, oracle, prompted (the base model), tuned (the trained adapter), or full specs"},
     )
-    budget_agent: int = field(default=40, metadata={"help": "B_agent in the eval"})
+    budget_agent: str = field(default="40", metadata={"help": "B_agent in the eval: 40, or 1.5x the expert's path"})
     budget_rollback: int = field(default=3, metadata={"help": "B_rb in the eval"})
     review_interval: int = field(default=4, metadata={"help": "initial scheduled review interval"})
     controller_eval_rows: int = field(default=40, metadata={"help": "validation rows per dataset scored offline"})

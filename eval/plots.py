@@ -12,6 +12,7 @@ matplotlib.use("Agg")  # no display needed; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 
 from eval.summary import restore_offsets, summarize_group, wilson_interval  # noqa: E402
+from rir_runtime.budgets import AgentBudget  # noqa: E402
 from rir_runtime.trace import EpisodeRecord  # noqa: E402
 
 
@@ -42,14 +43,15 @@ def plot_success(records: list[EpisodeRecord], out: Path) -> Path:
 
 
 def plot_budget(records: list[EpisodeRecord], out: Path) -> Path:
-    groups: dict[str, dict[int, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    groups: dict[str, dict[float, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    relative = any(r.budget_agent_spec.endswith("x") for r in records)
     for r in records:
-        groups[r.method_key][int(r.budget_agent)].append(bool(r.success))
+        groups[r.method_key][AgentBudget.parse(r.budget_agent_spec).amount].append(bool(r.success))
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, by_budget in sorted(groups.items()):
         budgets = sorted(by_budget)
         ax.plot(budgets, [sum(by_budget[b]) / len(by_budget[b]) for b in budgets], marker="o", label=name)
-    ax.set_xlabel("agent-call budget B_agent")
+    ax.set_xlabel("B_agent, times the expert's path length" if relative else "agent-call budget B_agent")
     ax.set_ylabel("success rate")
     ax.set_ylim(0, 1.02)
     ax.legend(fontsize=7)

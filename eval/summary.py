@@ -43,6 +43,7 @@ def summarize_group(records: list[EpisodeRecord]) -> dict[str, Any]:
         "success_ci95": [round(low, 4), round(high, 4)],
         "mean_score": _mean([float(r.score) for r in records]),
         "agent_calls": _mean([r.agent_calls for r in records]),
+        "budget_agent": _mean([r.budget_agent for r in records]),  # resolved per episode (relative budgets vary)
         "rollbacks": _mean([r.rollbacks for r in records]),
         "env_steps": _mean([r.env_steps for r in records]),
         "wall_s": _mean([r.wall_s for r in records]),

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rir_runtime.budgets import AgentBudget
 from rir_runtime.envs import ENV_CLASSES, Env, TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.errors import UnknownNameError, UserInputError
 from rir_runtime.llm.base import Backend
@@ -45,7 +46,10 @@ class SelectionConfig:
         },
     )
     seeds: list[int] = field(default_factory=lambda: [0], metadata={"help": "comma list of seeds"})
-    budget_agent: int = field(default=60, metadata={"help": "B_agent: model calls per episode"})
+    budget_agent: str = field(
+        default="60",
+        metadata={"help": "B_agent: model calls per episode (60), or a multiple of the expert's path length (1.5x)"},
+    )
     budget_rollback: int = field(default=5, metadata={"help": "B_rb: recoveries per episode"})
     max_steps: int = field(default=100, metadata={"help": "environment steps per episode (safety cap)"})
     review_interval: int = field(default=4, metadata={"help": "initial scheduled review interval"})
@@ -71,7 +75,8 @@ class SelectionConfig:
             raise UnknownNameError("policy", self.policy, ["noisy-expert", "llm:<model>"])
         if not 0.0 <= self.error_rate <= 1.0:
             raise ValueError("error_rate must be within [0, 1]")
-        if self.budget_agent < 0 or self.budget_rollback < 0:
+        self.budget_agent = str(AgentBudget.parse(self.budget_agent))
+        if self.budget_rollback < 0:
             raise ValueError("budgets must be >= 0")
         if self.workers < 1 or self.concurrency < 1:
             raise ValueError("workers and concurrency must be >= 1")
@@ -100,7 +105,7 @@ class EpisodeJob:
     policy_mode: str
     error_rate: float
     seed: int
-    budget_agent: int
+    budget_agent: str  # as asked: "60" or "1.5x" (resolved per episode against the expert's path)
     budget_rollback: int
     max_steps: int
     review_interval: int
@@ -189,8 +194,9 @@ def _env(name: str) -> Env:
 
 def run_job(job: EpisodeJob) -> EpisodeRecord:
     """Run one episode; environments and model backends are cached per worker process."""
+    from rir_runtime.budgets import AgentBudget, Budgets
     from rir_runtime.controllers import make_controller
-    from rir_runtime.loop import Budgets, EpisodeRunner
+    from rir_runtime.loop import EpisodeRunner
     from rir_runtime.policies import LLMPolicy, NoisyExpertPolicy, Policy, action_mode
 
     env = _env(job.task.env)
@@ -205,7 +211,7 @@ def run_job(job: EpisodeJob) -> EpisodeRecord:
         policy,
         controller,
         PRESETS[job.method],
-        Budgets(job.budget_agent, job.budget_rollback, job.max_steps),
+        Budgets(AgentBudget.parse(job.budget_agent), job.budget_rollback, job.max_steps),
         job.review_interval,
     )
     return runner.run(job.task).with_job(
@@ -213,8 +219,6 @@ def run_job(job: EpisodeJob) -> EpisodeRecord:
         seed=job.seed,
         tag=job.tag,
         error_rate=job.error_rate,
-        budget_agent=job.budget_agent,
-        budget_rollback=job.budget_rollback,
     )
 
 

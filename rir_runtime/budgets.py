@@ -1,0 +1,69 @@
+"""Episode budgets. `B_agent` may be absolute (60 model calls) or relative to the task's expert
+path length (`1.5x`): a fixed budget runs out on long task types before even the expert finishes,
+so every method fails them alike and they measure nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from rir_runtime.errors import UserInputError
+
+_SPEC = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(x?)\s*$")
+
+
+@dataclass(frozen=True)
+class AgentBudget:
+    """`B_agent` as given: `amount` model calls, or `amount` times the expert's path length."""
+
+    amount: float
+    relative: bool = False
+
+    @classmethod
+    def parse(cls, spec: str | int | float) -> AgentBudget:
+        match = _SPEC.match(str(spec))
+        if not match:
+            raise UserInputError(
+                f"agent budget '{spec}' is neither a count of model calls (60) nor a multiple of the "
+                "expert's path length (1.5x)"
+            )
+        amount, relative = float(match.group(1)), bool(match.group(2))
+        if not relative and amount != int(amount):
+            raise UserInputError(f"agent budget '{spec}': a count of model calls is a whole number (or add x)")
+        return cls(amount, relative)
+
+    def __str__(self) -> str:
+        return f"{self.amount:g}x" if self.relative else f"{int(self.amount)}"
+
+    def resolve(self, expert_steps: int | None) -> int:
+        """The model calls this episode may make; a relative budget needs the expert's path length."""
+        if not self.relative:
+            return int(self.amount)
+        if not expert_steps:
+            raise UserInputError(
+                f"agent budget {self} is relative to the expert's path, but this task has no expert "
+                "plan: give an absolute budget (e.g. 60)"
+            )
+        return math.ceil(self.amount * expert_steps)
+
+
+@dataclass(frozen=True)
+class Budgets:
+    agent: int | AgentBudget = 60  # B_agent: model calls, agent and controller
+    rollback: int = 5  # B_rb: recoveries
+    max_steps: int = 100  # environment steps per episode, a safety cap
+
+    def __post_init__(self) -> None:
+        agent = self.agent.amount if isinstance(self.agent, AgentBudget) else self.agent
+        if agent < 0 or self.rollback < 0 or self.max_steps < 1:
+            raise ValueError("budgets must be >= 0 (agent, rollback) and max_steps >= 1")
+
+    @property
+    def relative_agent(self) -> bool:
+        return isinstance(self.agent, AgentBudget) and self.agent.relative
+
+    def agent_calls(self, expert_steps: int | None) -> int:
+        """B_agent for one episode (a relative budget resolved against its expert path)."""
+        return self.agent.resolve(expert_steps) if isinstance(self.agent, AgentBudget) else self.agent
