@@ -27,7 +27,7 @@ from data_gen.hindsight import branch_snapshots
 from rir_runtime.envs import Env, TaskSpec, make_env
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import RestoreError, UserInputError
-from rir_runtime.trace import Branch, read_records, replay
+from rir_runtime.trace import Branch, Event, ReflectEvent, RestoreEvent, StepEvent, read_records, replay
 from rir_runtime.values import ValueProbe, latest_best_bisect
 
 # The fatal action's first word names the mistake (TextWorld cooking and ScienceWorld verbs).
@@ -69,6 +69,22 @@ def after_restores(parts: Sequence[Branch]) -> Counter:
         r = old.restore_to
         if r is not None and r < len(old.steps) and r < len(new.steps):
             out["the abandoned action again" if new.actions[r] == old.actions[r] else "another action"] += 1
+    return out
+
+
+def after_stays(events: Sequence[Event]) -> Counter:
+    """The same for recoveries that keep the state (k = 0, or a restore to the current step): is the
+    agent's next action the one the reflection just blamed?"""
+    out: Counter = Counter()
+    blamed, waiting = None, False
+    for event in events:
+        if isinstance(event, ReflectEvent):
+            blamed = event.reflection.failure.action if event.reflection.failure else None
+        elif isinstance(event, RestoreEvent):
+            waiting = event.k == 0 and blamed is not None
+        elif isinstance(event, StepEvent) and waiting:
+            out["the blamed action again (k = 0)" if event.action == blamed else "another action (k = 0)"] += 1
+            waiting = False
     return out
 
 
@@ -125,7 +141,7 @@ def analyse(run: Path) -> MistakeReport:
             env = envs.get(record.env) or envs.setdefault(record.env, make_env(record.env))
             parts = replay(record).branches
             who = record.method_key  # the controller chose the restore points: compare them apart
-            for what, n in after_restores(parts).items():
+            for what, n in (after_restores(parts) + after_stays(record.events)).items():
                 report.after_restore[(who, what)] += n
             for branch in parts:
                 if branch.ended_by != "won":
@@ -188,18 +204,20 @@ def markdown(report: MistakeReport, run: Path) -> str:
     ] or ["| (no restores) |" + " 0 |" * len(landings)]
     if report.after_restore:
         methods = sorted({m for m, _ in report.after_restore})
-        lines += [
-            "",
-            "The agent's next action at the restore point (does the kept memory change it?):",
-            "",
-            "| method / controller | the abandoned action again | another action |",
-            "| --- | ---: | ---: |",
+        kinds = [
+            "the abandoned action again",
+            "another action",
+            "the blamed action again (k = 0)",
+            "another action (k = 0)",
         ]
         lines += [
-            f"| {m} | {report.after_restore[(m, 'the abandoned action again')]} | "
-            f"{report.after_restore[(m, 'another action')]} |"
-            for m in methods
+            "",
+            "The agent's next action after each recovery (does the kept memory change it?):",
+            "",
+            "| method / controller | " + " | ".join(kinds) + " |",
+            "| --- |" + " ---: |" * len(kinds),
         ]
+        lines += [f"| {m} | " + " | ".join(str(report.after_restore[(m, k)]) for k in kinds) + " |" for m in methods]
     return "\n".join(lines) + "\n"
 
 

@@ -46,12 +46,16 @@ class ReflectionMemory:
     milestones: list[str] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # free-text reflections (text mode)
+    # Where actions failed, exactly: the branch prefix (actions up to a restore point) and the
+    # action taken there. Not shown to the agent; memory guidance acts on them (guidance.py).
+    anchored: list[Anchored] = field(default_factory=list)
     dropped_state_claims: int = 0
     keep_state_claims: bool = False  # ablation only: the memory that keeps current-state claims
     keep_failures: bool = True  # ablation only: memory without failure analyses
 
-    def add(self, reflection: Reflection) -> None:
-        """Merge one reflection distilled from an abandoned suffix."""
+    def add(self, reflection: Reflection, anchor: tuple[str, ...] | None = None) -> None:
+        """Merge one reflection distilled from an abandoned suffix; `anchor` is the branch prefix
+        (actions) at the restore point, where its failure record was made."""
         if self.mode == "none":
             return
         if self.mode == "text":
@@ -69,6 +73,18 @@ class ReflectionMemory:
                 failure = Failure(failure.condition, failure.action, failure.outcome, f"avoid '{failure.action}' then")
                 self.dropped_state_claims += 1
             self.failures.append(failure)
+        if failure and self.keep_failures and anchor is not None:
+            self._anchor(Anchored(anchor, failure.action, "failure record"))
+
+    def remember_abandoned(self, prefix: tuple[str, ...], action: str) -> None:
+        """A restore abandoned the branch that took `action` after `prefix`: a record, conditioned on
+        that exact prefix, so that a greedy agent does not walk the same path again."""
+        if self.mode == "structured":
+            self._anchor(Anchored(prefix, action, "abandoned branch"))
+
+    def _anchor(self, record: Anchored) -> None:
+        if record not in self.anchored:
+            self.anchored.append(record)
 
     def _add_unique(self, target: list[str], text: str) -> None:
         if not self.keep_state_claims and is_state_claim(text):
@@ -83,7 +99,7 @@ class ReflectionMemory:
         action = action.strip().lower()
         for f in self.failures:
             if f.action.strip().lower() == action and (
-                not condition_hint or _condition_matches(f.condition, condition_hint)
+                not condition_hint or condition_matches(f.condition, condition_hint)
             ):
                 return True
         return any(f"'{action}'" in note.lower() for note in self.notes)
@@ -121,13 +137,27 @@ class ReflectionMemory:
         memory.milestones = list(snapshot.milestones)
         memory.failures = list(snapshot.failures)
         memory.notes = list(snapshot.notes)
+        memory.anchored = list(snapshot.anchored)
         return memory
 
     def snapshot(self) -> MemorySnapshot:
         """The memory as it stands, for the episode trace."""
         return MemorySnapshot(
-            tuple(self.env_knowledge), tuple(self.milestones), tuple(self.failures), tuple(self.notes)
+            tuple(self.env_knowledge),
+            tuple(self.milestones),
+            tuple(self.failures),
+            tuple(self.notes),
+            tuple(self.anchored),
         )
+
+
+@dataclass(frozen=True)
+class Anchored:
+    """`action`, taken right after the branch prefix `prefix`, failed (`source` says how we know)."""
+
+    prefix: tuple[str, ...]
+    action: str
+    source: str  # "failure record" (a reflection's) or "abandoned branch" (left by a restore)
 
 
 @dataclass(frozen=True)
@@ -138,6 +168,7 @@ class MemorySnapshot:
     milestones: tuple[str, ...] = ()
     failures: tuple[Failure, ...] = ()
     notes: tuple[str, ...] = ()
+    anchored: tuple[Anchored, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -145,6 +176,7 @@ class MemorySnapshot:
             "milestones": list(self.milestones),
             "failures": [asdict(f) for f in self.failures],
             "notes": list(self.notes),
+            "anchored": [{"prefix": list(a.prefix), "action": a.action, "source": a.source} for a in self.anchored],
         }
 
     @classmethod
@@ -154,10 +186,11 @@ class MemorySnapshot:
             tuple(data.get("milestones", ())),
             tuple(Failure(**f) for f in data.get("failures", ())),
             tuple(data.get("notes", ())),
+            tuple(Anchored(tuple(a["prefix"]), a["action"], a["source"]) for a in data.get("anchored", ())),
         )
 
 
-def _condition_matches(condition: str, situation: str) -> bool:
+def condition_matches(condition: str, situation: str) -> bool:
     """A condition matches when most of its content words occur in the situation description."""
     words = {w for w in re.findall(r"[a-z]+", condition.lower()) if len(w) > 3}
     if not words:

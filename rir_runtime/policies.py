@@ -10,16 +10,19 @@ import difflib
 import hashlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal, Protocol
 
 from rir_runtime.envs.base import Env
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UnknownNameError
+from rir_runtime.guidance import EXCLUDED, Guidance, GuidedChoice
 from rir_runtime.llm.base import Backend
 from rir_runtime.memory import ReflectionMemory
-from rir_runtime.prompts import content_tokens, render_agent
+from rir_runtime.prompts import Messages, content_tokens, render_agent
+
+NO_GUIDANCE = Guidance()
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class AgentContext:
     history: tuple[Step, ...]
     observation: str
     list_actions: Callable[[], list[str]]
+    guidance: Guidance = NO_GUIDANCE  # how the memory's failure records act on the choice
 
     @cached_property
     def actions(self) -> list[str]:
@@ -49,6 +53,7 @@ class AgentAction:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     parse_failure: bool = False
+    guided: GuidedChoice | None = None  # what memory guidance changed at this step, if it acted
 
 
 class Policy(Protocol):
@@ -201,39 +206,117 @@ class LLMPolicy:
         messages = agent_prompt(ctx.objective, ctx.memory.render(), ctx.history, ctx.observation, ctx.actions)
         if not ctx.actions:
             return AgentAction("respond", "no valid actions")
+        warned = ctx.guidance.warnings(ctx.memory, ctx.history, ctx.observation)
         if self.mode == "rank" and len(ctx.actions) <= MAX_LISTED_ACTIONS:
-            scores = self.backend.score(messages, [f"Action: {a}" for a in ctx.actions])
-            best = max(range(len(ctx.actions)), key=lambda i: scores[i])
-            tokens = content_tokens(messages)
-            return AgentAction("task", ctx.actions[best], prompt_tokens=tokens)
+            return self._rank(ctx, messages, warned)
         if self.mode == "constrain":
-            choices = [f"Action: {a}" for a in ctx.actions] + ["Action: rollback"]
-            best, completion = self.backend.choose(messages, choices)
-            kind: Literal["task", "rollback"] = "rollback" if best == len(ctx.actions) else "task"
-            return AgentAction(
-                kind,
-                "rollback" if kind == "rollback" else ctx.actions[best],
-                prompt_tokens=completion.prompt_tokens,
-                completion_tokens=completion.completion_tokens,
-            )
-        p_tok = c_tok = 0
-        for attempt in range(2):
+            return self._constrain(ctx, messages, warned)
+        return self._generate(ctx, messages, warned)
+
+    def _rank(self, ctx: AgentContext, messages: Messages, warned: dict[str, str]) -> AgentAction:
+        """The likeliest admissible action, after the memory's penalties."""
+        candidates = [f"Action: {a}" for a in ctx.actions]
+        scores = self.backend.score(messages, candidates)
+        penalties = ctx.guidance.penalties(candidates, warned)
+        unguided = max(range(len(scores)), key=lambda i: scores[i])
+        best = max(range(len(scores)), key=lambda i: scores[i] - penalties.get(i, 0.0))
+        guided = _guided(ctx, warned, penalties, ctx.actions, unguided, best, tuple(scores[i] for i in penalties))
+        return AgentAction("task", ctx.actions[best], prompt_tokens=content_tokens(messages), guided=guided)
+
+    def _constrain(self, ctx: AgentContext, messages: Messages, warned: dict[str, str]) -> AgentAction:
+        """Greedy decoding limited to the admissible actions (and the rollback tool); a warned action
+        pays its penalty, or is not spelt at all under `hard`."""
+        names = [*ctx.actions, "rollback"]
+        choices = [f"Action: {a}" for a in names]
+        penalties = ctx.guidance.penalties(choices, warned)
+        allowed = [i for i in range(len(choices)) if penalties.get(i, 0.0) < EXCLUDED]
+        pick, completion = self.backend.choose(
+            messages, [choices[i] for i in allowed], [penalties.get(i, 0.0) for i in allowed] if penalties else None
+        )
+        best = allowed[pick]
+        unguided = best
+        if penalties:  # one more decode, only where the memory warned: what would it have done?
+            unguided = self.backend.choose(messages, choices)[0]
+        kind: Literal["task", "rollback"] = "rollback" if best == len(ctx.actions) else "task"
+        return AgentAction(
+            kind,
+            names[best],
+            prompt_tokens=completion.prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+            guided=_guided(ctx, warned, penalties, names, unguided, best),
+        )
+
+    def _generate(self, ctx: AgentContext, messages: Messages, warned: dict[str, str]) -> AgentAction:
+        """Free text matched to an admissible action, retried once on a reply that names none. A
+        warned action is rejected and redrawn (once under `soft`, twice under `hard`, after which the
+        first admissible action the memory does not warn against is taken)."""
+        p_tok = c_tok = parse_failures = 0
+        redraws = {"off": 0, "soft": 1, "hard": 2}[ctx.guidance.mode] if warned else 0
+        first: AgentAction | None = None
+        while True:
             completion = self.backend.generate([messages], max_new_tokens=40, stop=["\n"])[0]
             p_tok += completion.prompt_tokens
             c_tok += completion.completion_tokens
             action, error = match_action(completion.text, ctx.actions)
-            if action:
-                return AgentAction(
-                    action.kind,
-                    action.text,
-                    action.reason,
-                    action.target,
-                    prompt_tokens=p_tok,
-                    completion_tokens=c_tok,
-                    parse_failure=attempt > 0,
-                )
-            messages = messages + [
-                {"role": "assistant", "content": completion.text},
-                {"role": "user", "content": f"{error}. Answer 'Action: <one valid action>'."},
-            ]
-        return AgentAction("task", ctx.actions[0], prompt_tokens=p_tok, completion_tokens=c_tok, parse_failure=True)
+            if action is None:
+                parse_failures += 1
+                if parse_failures < 2:
+                    messages = _followup(messages, completion.text, f"{error}. Answer 'Action: <one valid action>'.")
+                    continue
+                action = AgentAction("task", next((a for a in ctx.actions if a.lower() not in warned), ctx.actions[0]))
+                break
+            key = action.text.strip().lower()
+            if action.kind == "task" and key in warned and redraws:
+                first = first or action
+                redraws -= 1
+                note = f"'{action.text}' failed here before ({warned[key]}). Choose a different action."
+                messages = _followup(messages, completion.text, note + " Answer 'Action: <one valid action>'.")
+                continue
+            if action.kind == "task" and key in warned and ctx.guidance.mode == "hard":
+                action = AgentAction("task", next((a for a in ctx.actions if a.lower() not in warned), action.text))
+            break
+        guided = None
+        if first is not None:
+            guided = GuidedChoice(
+                ctx.guidance.mode,
+                (first.text,),
+                (warned[first.text.strip().lower()],),
+                EXCLUDED if ctx.guidance.mode == "hard" else ctx.guidance.penalty,
+                first.text,
+                action.text,
+            )
+        return replace(
+            action,
+            prompt_tokens=p_tok,
+            completion_tokens=c_tok,
+            parse_failure=parse_failures > 0,
+            guided=guided,
+        )
+
+
+def _followup(messages: Messages, reply: str, note: str) -> Messages:
+    return [*messages, {"role": "assistant", "content": reply}, {"role": "user", "content": note}]
+
+
+def _guided(
+    ctx: AgentContext,
+    warned: dict[str, str],
+    penalties: dict[int, float],
+    names: list[str],
+    unguided: int,
+    chosen: int,
+    scores: tuple[float, ...] = (),
+) -> GuidedChoice | None:
+    """The trace's record of a guided step (None when the memory warned against no candidate)."""
+    if not penalties:
+        return None
+    hits = sorted(penalties)
+    return GuidedChoice(
+        ctx.guidance.mode,
+        tuple(names[i] for i in hits),
+        tuple(warned[names[i].strip().lower()] for i in hits),
+        penalties[hits[0]],
+        names[unguided],
+        names[chosen],
+        scores,
+    )

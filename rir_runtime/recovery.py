@@ -13,6 +13,7 @@ from typing import Literal
 
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UnknownNameError
+from rir_runtime.guidance import Guidance, GuidanceMode
 from rir_runtime.memory import MemoryMode
 
 Depth = Literal["stay", "restart", "located"]
@@ -31,9 +32,20 @@ class RecoveryPreset:
     localisation: Localisation = "coarse-fine"
     keep_failures: bool = True
     keep_state_claims: bool = False
+    # How the structured memory's failure records act on the agent's choice (guidance.py), and
+    # whether a restore records the abandoned branch's action at the restore point for it.
+    memory_guidance: GuidanceMode = "off"
+    guidance_penalty: float = 5.0
+    remember_abandoned: bool = False
+
+    @property
+    def guidance(self) -> Guidance:
+        return Guidance(self.memory_guidance, self.guidance_penalty)
 
 
-_RIR = RecoveryPreset("rir", recovers=True, depth="located", memory="structured")
+_RIR = RecoveryPreset(
+    "rir", recovers=True, depth="located", memory="structured", memory_guidance="soft", remember_abandoned=True
+)
 
 PRESETS: dict[str, RecoveryPreset] = {
     "react": RecoveryPreset("react", recovers=False, depth="stay", memory="none"),
@@ -47,6 +59,10 @@ PRESETS: dict[str, RecoveryPreset] = {
     "rir-fine-only": replace(_RIR, name="rir-fine-only", localisation="fine"),
     "rir-no-failure-analysis": replace(_RIR, name="rir-no-failure-analysis", keep_failures=False),
     "rir-keeps-state-claims": replace(_RIR, name="rir-keeps-state-claims", keep_state_claims=True),
+    # memory guidance: the paper's method reads its memory only in the prompt (off), hard excludes
+    "rir-unguided": replace(_RIR, name="rir-unguided", memory_guidance="off", remember_abandoned=False),
+    "rir-hard": replace(_RIR, name="rir-hard", memory_guidance="hard"),
+    "rir-no-abandoned-record": replace(_RIR, name="rir-no-abandoned-record", remember_abandoned=False),
 }
 METHODS = ("react", "self-refine", "reflexion", "rollback-only", "rir")
 

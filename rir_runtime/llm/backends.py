@@ -8,6 +8,7 @@ between a CPU model in-process and a vLLM / SGLang / llama.cpp server by changin
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import urllib.error
@@ -140,25 +141,36 @@ class TransformersBackend:
             n -= 1
         return n
 
-    def choose(self, prompt: Prompt, choices: list[str]) -> tuple[int, Completion]:
+    def choose(
+        self, prompt: Prompt, choices: list[str], penalties: Sequence[float] | None = None
+    ) -> tuple[int, Completion]:
         """Greedy decoding that can only spell one of `choices`: at each step the vocabulary is cut
         to the tokens that continue some choice (a token trie, closed by EOS). Unlike free text the
         reply cannot name an object that is not there; unlike ranking, the cost does not grow with
         the number of choices (greedy commits to the likeliest first token; on ScienceWorld it
-        picked what ranking all actions picked, docs/results.md)."""
+        picked what ranking all actions picked, docs/results.md).
+
+        `penalties[i]` is taken off choice i's log-probability (memory guidance): at the token where
+        the path leaves every choice with a smaller penalty, the difference is subtracted, so a
+        spelled choice pays exactly its own penalty."""
         import torch
+        from transformers import LogitsProcessorList
 
         head = self._encode(prompt)
         eos = self.tokenizer.eos_token_id
         trie: dict[int, dict] = {}
         index: dict[tuple[int, ...], int] = {}
+        least: dict[tuple[int, ...], float] = {}  # token path -> smallest penalty of the choices through it
         for i, ids in enumerate(self.tokenizer(choices, add_special_tokens=False)["input_ids"]):
             if tuple(ids) in index or not ids:
                 continue
             index[tuple(ids)] = i
             node = trie
-            for token in [*ids, eos]:
+            path = [*ids, eos]
+            for k, token in enumerate(path):
                 node = node.setdefault(token, {})
+                key = tuple(path[: k + 1])
+                least[key] = min(least.get(key, math.inf), float(penalties[i]) if penalties else 0.0)
         if not index:
             raise RIRError("constrained decoding needs at least one non-empty choice")
 
@@ -168,12 +180,22 @@ class TransformersBackend:
                 node = node.get(token, {})
             return list(node) or [eos]
 
+        def penalise(ids: Any, scores: Any) -> Any:
+            path = tuple(ids[0, len(head) :].tolist())
+            here = least.get(path, min(least.values()) if not path else 0.0)
+            for token in allowed(0, ids[0]):
+                extra = least.get((*path, token), here) - here
+                if extra:
+                    scores[0, token] -= extra
+            return scores
+
         ids = torch.tensor([head], device=self.device)
         with torch.inference_mode():
             out = self.model.generate(
                 input_ids=ids,
                 attention_mask=torch.ones_like(ids),
                 prefix_allowed_tokens_fn=allowed,
+                logits_processor=LogitsProcessorList([penalise]) if penalties and any(penalties) else None,
                 max_new_tokens=max(map(len, index)) + 1,
                 eos_token_id=eos,
                 pad_token_id=self.tokenizer.pad_token_id,
@@ -345,7 +367,9 @@ class OpenAIBackend:
         with ThreadPoolExecutor(min(self.max_workers, len(prompts))) as pool:
             return list(pool.map(lambda p: self._one(p, max_new_tokens, stop, temperature), prompts))
 
-    def choose(self, prompt: Prompt, choices: list[str]) -> tuple[int, Completion]:
+    def choose(
+        self, prompt: Prompt, choices: list[str], penalties: Sequence[float] | None = None
+    ) -> tuple[int, Completion]:
         raise UserInputError(
             f"{self.name} cannot constrain decoding to a list of choices (this client sends plain completion "
             "requests): use generate mode (--policy-mode generate) or a local transformers model"

@@ -51,8 +51,11 @@ class Backend(Protocol):
         """Summed log-likelihood of each continuation right after the (rendered) prompt."""
         ...
 
-    def choose(self, prompt: Prompt, choices: list[str]) -> tuple[int, Completion]:
-        """Greedy decoding that can only spell one of `choices`: (its index, the completion)."""
+    def choose(
+        self, prompt: Prompt, choices: list[str], penalties: Sequence[float] | None = None
+    ) -> tuple[int, Completion]:
+        """Greedy decoding that can only spell one of `choices`: (its index, the completion);
+        `penalties[i]` is subtracted from choice i's log-probability."""
         ...
 
 

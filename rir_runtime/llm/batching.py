@@ -61,9 +61,11 @@ class BatchingBackend:
         with self._lock:
             return self.backend.score(prompt, continuations)
 
-    def choose(self, prompt: Prompt, choices: list[str]) -> tuple[int, Completion]:
+    def choose(
+        self, prompt: Prompt, choices: list[str], penalties: Sequence[float] | None = None
+    ) -> tuple[int, Completion]:
         with self._lock:
-            return self.backend.choose(prompt, choices)
+            return self.backend.choose(prompt, choices, penalties)
 
     def _dispatch(self) -> None:
         while True:
