@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING
 
 from rir_runtime.decisions import DecisionKind
 from rir_runtime.envs.checkpoints import Step
+from rir_runtime.signals import is_error_reply, trajectory_signals
 
 if TYPE_CHECKING:
     from rir_runtime.values import Hindsight
 
-PROMPT_FORMAT_VERSION = 2  # 2: a terminal review states the ending (score of the maximum)
+# 2: a terminal review states the ending; 3: compact trajectory lines and a Signals line
+PROMPT_FORMAT_VERSION = 3
 Messages = list[dict[str, str]]
 
 
@@ -69,6 +71,32 @@ def _clip(text: str, n: int = 160) -> str:
 def history_lines(history: tuple[Step, ...], max_steps: int = 30, keep_first: int = 2) -> list[str]:
     """One line per step; long trajectories are cut from the middle (keep the start and the end)."""
     lines = [f"[{s.index}] {s.action} -> {_clip(s.observation)} (score {s.score:g})" for s in history]
+    return _cut_middle(lines, max_steps, keep_first)
+
+
+def compact_lines(
+    history: tuple[Step, ...], max_steps: int = 30, keep_first: int = 2, keep_replies: int = 2
+) -> list[str]:
+    """One line per step for the controller: the action, and the reply only where it carries a signal
+    (an error reply, a score change, the end) or is one of the last `keep_replies`; the score only
+    where it changed. Most replies repeat the room; these lines cost a fraction of the tokens."""
+    lines = []
+    for i, s in enumerate(history):
+        before = history[i - 1].score if i else 0.0
+        changed = s.score != before
+        telling = changed or s.won or s.lost or is_error_reply(s.observation) or i >= len(history) - keep_replies
+        line = f"[{s.index}] {s.action}"
+        if telling:
+            line += f" -> {_clip(s.observation, 120)}"
+        if changed:
+            line += f" (score {s.score:g})"
+        if s.lost:
+            line += " LOST"
+        lines.append(line)
+    return _cut_middle(lines, max_steps, keep_first)
+
+
+def _cut_middle(lines: list[str], max_steps: int, keep_first: int) -> list[str]:
     if len(lines) > max_steps:
         cut = len(lines) - max_steps
         lines = lines[:keep_first] + [f"... ({cut} steps omitted) ..."] + lines[keep_first + cut :]
@@ -95,12 +123,17 @@ INSTRUCTIONS: dict[DecisionKind, str] = {
 
 def render_decision(kind: DecisionKind, ctx: DecisionContext, max_steps: int = 30) -> Messages:
     """The chat messages asking for one decision; the decision type is named in the prompt so one
-    adapter can learn all three."""
-    parts = [f"Decision: {kind}", f"Task: {ctx.objective}"]
+    adapter can learn all three. The trajectory is compact (`compact_lines`) and the signals a
+    decision rests on are stated up front (`signals.trajectory_signals`)."""
+    parts = [f"Decision: {kind}", f"Task: {_clip(ctx.objective, 300)}"]
     if ctx.memory:
         parts.append(f"Memory:\n{ctx.memory}")
-    parts.append("Trajectory:\n" + ("\n".join(history_lines(ctx.history, max_steps)) or "(no steps yet)"))
-    parts.append(f"Current observation: {_clip(ctx.observation, 300)} (score {ctx.score:g})")
+    signals = trajectory_signals(ctx.history)
+    if signals:
+        parts.append("Signals: " + "; ".join(signals))
+    parts.append("Trajectory:\n" + ("\n".join(compact_lines(ctx.history, max_steps)) or "(no steps yet)"))
+    same = bool(ctx.history) and ctx.observation == ctx.history[-1].observation  # shown in the last line
+    parts.append(f"Now: {'as after the last step' if same else _clip(ctx.observation, 200)} (score {ctx.score:g})")
     if kind == "review":
         parts.append(f"Review trigger: {ctx.trigger}")
         if ctx.trigger == "terminal":

@@ -158,10 +158,10 @@ def test_review_labels_hold_both_decisions(data_dir: Path) -> None:
 def test_prompt_bound_cuts_the_middle(run_dir: Path, tmp_path: Path) -> None:
     from datasets import load_from_disk
 
-    build(BuildConfig(rollouts=[str(run_dir)], out=str(tmp_path), max_prompt_tokens=200))
+    build(BuildConfig(rollouts=[str(run_dir)], out=str(tmp_path), max_prompt_tokens=150))
     row = load_from_disk(str(tmp_path / "review_sft"))["train"][0]
     text = row["prompt"][-1]["content"]
-    assert "Task:" in text and "Current observation" in text
+    assert "Task:" in text and "Now:" in text
     long_rows = [r for r in load_from_disk(str(tmp_path / "review_sft"))["train"] if r["meta"]["step"] > 6]
     assert any("steps omitted" in r["prompt"][-1]["content"] for r in long_rows)
 
