@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eval.metrics import binary_quality
 from rir_runtime.controllers import make_controller
 from rir_runtime.decisions import Decision, DecisionKind, parse
 from rir_runtime.errors import ParseError, UserInputError
@@ -55,12 +56,6 @@ def _rows(data: Path, name: str, split: str, max_rows: int) -> list[dict[str, An
     return [r for r in rows if r["meta"].get("context")]
 
 
-def _f1(tp: int, fp: int, fn: int) -> tuple[float, float, float]:
-    p = tp / (tp + fp) if tp + fp else 0.0
-    r = tp / (tp + fn) if tp + fn else 0.0
-    return p, r, (2 * p * r / (p + r) if p + r else 0.0)
-
-
 def score_controller(spec: str, data: Path, split: str, max_rows: int) -> dict[str, Any]:
     """All metrics of one controller; a metric without rows is None."""
     from tqdm import tqdm
@@ -90,21 +85,17 @@ def score_controller(spec: str, data: Path, split: str, max_rows: int) -> dict[s
         return answered[key]
 
     review = _rows(data, "review_sft", split, max_rows)
-    tp = fp = fn = correct = 0
+    labels, predictions, scores = [], [], []
     for row in tqdm(review, desc=f"{spec}: review", file=sys.stderr, mininterval=2.0):
-        pred = decide("review", row).value.recover
-        truth = row["meta"]["label"] == "recover"
-        tp, fp, fn = tp + (pred and truth), fp + (pred and not truth), fn + (truth and not pred)
-        correct += pred == truth
+        decision = decide("review", row)
+        labels.append(row["meta"]["label"] == "recover")
+        predictions.append(decision.value.recover)
+        # a ranked controller's log-odds margin orders the rows; a rule's verdict is its only score
+        scores.append(float(decision.meta.get("margin", float(decision.value.recover))))
     if review:
-        p, r, f1 = _f1(tp, fp, fn)
-        m.update(
-            review_rows=len(review),
-            review_accuracy=correct / len(review),
-            review_precision=p,
-            review_recall=r,
-            review_f1=f1,
-        )
+        q = binary_quality(labels, predictions, scores)
+        m.update({f"review_{k}": v for k, v in q.to_dict().items()})
+        m["review_margins"] = scores
 
     locate = _rows(data, "locate_sft", split, max_rows)
     coarse = [row for row in locate if row["meta"]["decision"] == "locate_coarse"]
@@ -159,10 +150,15 @@ def _failure_action(text: str) -> str:
 
 
 METRICS = [
-    ("review_accuracy", "review accuracy"),
+    ("review_rows", "review rows (recover)"),
+    ("review_balanced_accuracy", "review balanced accuracy"),
+    ("review_f1", "review F1 (recover)"),
+    ("review_auroc", "review AUROC"),
     ("review_precision", "review precision (recover)"),
     ("review_recall", "review recall (recover)"),
-    ("review_f1", "review F1"),
+    ("review_accuracy", "review accuracy"),
+    ("review_majority_accuracy", "review accuracy of always the majority answer"),
+    ("review_majority_f1", "review F1 of always the majority answer"),
     ("coarse_accuracy", "coarse segment accuracy"),
     ("restore_exact", "restore point exact"),
     ("restore_within_one", "restore point within one step"),
@@ -173,16 +169,30 @@ METRICS = [
 ]
 
 
+def _cell(key: str, res: dict[str, Any]) -> str:
+    value = res.get(key)
+    if value is None:
+        return "-"
+    if key == "review_rows":
+        return f"{value} ({res.get('review_positives', 0)})"
+    if key in ("review_auroc", "latency_s"):
+        return f"{value:.3f}"
+    return f"{value:.1%}"
+
+
 def markdown(results: list[dict[str, Any]], split: str) -> str:
-    lines = [f"# Controller decision quality ({split} split)", ""]
-    for res in results:
-        lines += [f"## {res['controller']}", "", "| metric | value |", "| --- | ---: |"]
-        for key, label in METRICS:
-            value = res.get(key)
-            if value is not None:
-                lines.append(f"| {label} | {value:.3f} |" if key == "latency_s" else f"| {label} | {value:.1%} |")
-        lines.append("")
-    return "\n".join(lines)
+    """One table: metrics as rows, controllers as columns (the majority baseline is the bar to clear)."""
+    names = [r["controller"] for r in results]
+    lines = [
+        f"# Controller decision quality ({split} split)",
+        "",
+        "| metric | " + " | ".join(f"`{n}`" for n in names) + " |",
+        "| --- |" + " ---: |" * len(names),
+    ]
+    for key, label in METRICS:
+        if any(r.get(key) is not None for r in results):
+            lines.append(f"| {label} | " + " | ".join(_cell(key, r) for r in results) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def evaluate_controllers(cfg: ControllerEvalConfig) -> list[dict[str, Any]]:

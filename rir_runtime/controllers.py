@@ -14,7 +14,6 @@ adapter's backend; `make_controller` resolves the names.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -23,6 +22,7 @@ from rir_runtime.decisions import Decision, DecisionKind, Failure, Reflection, R
 from rir_runtime.errors import ParseError, RIRError, UnknownNameError
 from rir_runtime.llm.base import Backend
 from rir_runtime.prompts import DecisionContext, content_tokens, ending, fit_decision
+from rir_runtime.signals import ERROR_OBSERVATION
 from rir_runtime.structured import fill_reflection
 
 # Verbs that only look or move: a failure is rarely caused by them.
@@ -42,11 +42,6 @@ PASSIVE_VERBS = {
     "open",
     "close",
 }
-ERROR_OBSERVATION = re.compile(
-    r"nothing happens|not possible|can't|cannot|don't understand|no known action|"
-    r"unknown|not recognized|ambiguous",
-    re.IGNORECASE,
-)
 
 
 class Controller(Protocol):
@@ -273,12 +268,16 @@ class PromptedController:
         max_new_tokens: int = 160,
         max_prompt_tokens: int = 2048,
         rank: bool | None = None,
+        review_threshold: float = 0.0,
     ) -> None:
         self.backend = backend
         self.name = name
         self.max_new_tokens = max_new_tokens
         self.max_prompt_tokens = max_prompt_tokens
         self.rank = backend.supports_scoring if rank is None else rank
+        # Ranked review: recover when log p(recover) - log p(continue) exceeds this. A tuned adapter's
+        # card carries the value calibrated on its validation split; 0 is "the likelier answer".
+        self.review_threshold = review_threshold
 
     def _ask(self, kind: DecisionKind, ctx: DecisionContext) -> Decision:
         messages = fit_decision(kind, ctx, self.max_prompt_tokens)
@@ -288,8 +287,13 @@ class PromptedController:
             options = candidates(kind, ctx)
             if options:
                 scores = self.backend.score(messages, [text for text, _ in options])
-                best = max(range(len(options)), key=lambda i: scores[i])
                 prompt_tokens = content_tokens(messages)
+                if kind == "review":  # options are (continue, recover): compare the margin to the threshold
+                    margin = scores[1] - scores[0]
+                    best = 1 if margin > self.review_threshold else 0
+                    meta = {"ranked": True, "margin": margin, "threshold": self.review_threshold}
+                    return Decision(kind, options[best][1], options[best][0], 0, 1, prompt_tokens, 0, meta)
+                best = max(range(len(options)), key=lambda i: scores[i])
                 return Decision(kind, options[best][1], options[best][0], 0, 1, prompt_tokens, 0, {"ranked": True})
         calls = failures = p_tok = c_tok = 0
         raw = ""
@@ -374,8 +378,13 @@ def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None 
         from rir_runtime.llm import make_backend
 
         factory = backend_factory or make_backend
+        if kind == "prompted":
+            return PromptedController(factory(arg), name=spec)
+        from rir_runtime.llm.tuned import read_card
+
         # `tuned:<dir>` keeps its prefix: the backend factory loads base + adapter after checking its card
-        return PromptedController(factory(spec if kind == "tuned" else arg), name=spec)
+        threshold = float(read_card(arg).get("review_threshold", 0.0))
+        return PromptedController(factory(spec), name=spec, review_threshold=threshold)
     raise UnknownNameError("controller", spec, list(CONTROLLER_KINDS))
 
 

@@ -48,6 +48,15 @@ class TrainScriptArguments:
     eval_split: str = field(default="validation", metadata={"help": "split to evaluate on during training"})
     max_train_samples: int | None = field(default=None, metadata={"help": "cap on training rows (after shuffling)"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "cap on evaluation rows (after shuffling)"})
+    calibrate_review: bool = field(
+        default=True,
+        metadata={"help": "after training, calibrate the recover/continue threshold on the eval split's review rows"},
+    )
+    calibration_rows: int = field(default=200, metadata={"help": "review rows scored for the calibration"})
+    balance_review: bool = field(
+        default=True,
+        metadata={"help": "oversample the rarer review label in the train split until both are as frequent"},
+    )
 
     def __post_init__(self) -> None:
         items = [self.decision_types] if isinstance(self.decision_types, str) else self.decision_types

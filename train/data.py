@@ -6,6 +6,7 @@ capped, and rows whose prompt alone fills max_length dropped.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,8 @@ def load_datasets(
             ds = dd[split]
             _check_rows(name, folder, ds, kind)
             fingerprints[f"{name}/{split}"] = ds._fingerprint
+            if script_args.balance_review and name.startswith("review_") and split == script_args.train_split:
+                ds = balance_labels(ds, seed, name)
             parts[split].append(ds.select_columns(list(COLUMNS[kind])))
     out: list[Any] = []  # the train set, then the eval set or None
     for split, cap in (
@@ -138,6 +141,28 @@ def load_datasets(
             )
         out.append(ds.flatten_indices(keep_in_memory=True))
     return out[0], out[1], fingerprints, decision_types_of(list(folders))
+
+
+def balance_labels(ds: Any, seed: int, what: str) -> Any:
+    """The rows of each rarer `meta.label` repeated (drawn with a fixed seed) until every label is as
+    frequent as the commonest: a review adapter trained on 156 "recover" to 27 "continue" learned to
+    always say "recover"."""
+    import random
+
+    if "meta" not in ds.column_names or not ds or "label" not in ds[0]["meta"]:
+        return ds  # rows without labels (hand-made data) have nothing to balance
+    labels = [m["label"] for m in ds["meta"]]
+    counts = Counter(labels)
+    if len(counts) < 2:
+        return ds
+    rng, target = random.Random(seed), max(counts.values())
+    extra = [
+        rng.choice([i for i, x in enumerate(labels) if x == label])
+        for label, n in counts.items()
+        for _ in range(target - n)
+    ]
+    logger.warning("%s: oversampled %s to %d rows per label (%d rows added)", what, dict(counts), target, len(extra))
+    return ds.select(list(range(len(ds))) + extra, keep_in_memory=True).flatten_indices(keep_in_memory=True)
 
 
 def drop_overlong(ds: Any, tokenizer: Any, max_length: int | None, what: str) -> Any:

@@ -1,0 +1,108 @@
+"""Decision quality on skewed labels: the metrics, class balancing, and the calibrated review threshold."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from eval.metrics import auroc, best_threshold, binary_quality
+from rir_runtime.controllers import PromptedController, make_controller
+from rir_runtime.envs.checkpoints import Step
+from rir_runtime.prompts import DecisionContext, render_decision
+
+CTX = DecisionContext("t", "goal", "", (Step(0, "look", "x", 0.0),), "x", 0.0, "schedule", (0, 1))
+
+
+def test_binary_quality_on_known_counts() -> None:
+    labels = [True] * 8 + [False] * 2
+    always = binary_quality(labels, [True] * 10, [1.0] * 10)  # the majority answer every time
+    assert always.accuracy == 0.8 and always.balanced_accuracy == 0.5 and always.auroc == 0.5
+    assert always.majority_accuracy == 0.8 and always.f1 == pytest.approx(always.majority_f1)
+    mixed = binary_quality(labels, [True] * 6 + [False] * 3 + [True], [0.9] * 6 + [0.1] * 3 + [0.6])
+    assert (mixed.precision, mixed.recall) == (6 / 7, 6 / 8)
+    assert mixed.balanced_accuracy == pytest.approx((6 / 8 + 1 / 2) / 2)
+
+
+def test_auroc_and_the_best_threshold() -> None:
+    labels = [True, True, False, False, True]
+    assert auroc(labels, [3.0, 2.0, 1.0, 0.0, 5.0]) == 1.0
+    assert auroc(labels, [0.0, 0.0, 1.0, 2.0, 0.5]) == 0.0
+    assert auroc([True, True], [1.0, 2.0]) is None
+    # a margin that orders rows perfectly but sits below zero: the best cut lies between the groups
+    margins = [-8.0, -7.5, -9.5, -9.9, -7.0]
+    cut = best_threshold(labels, margins)
+    assert -9.5 < cut < -8.0
+    assert binary_quality(labels, [m > cut for m in margins], margins).balanced_accuracy == 1.0
+
+
+@dataclass
+class Margin:
+    """Scores recover vs continue with a fixed log-odds margin: a narrow stand-in for a model."""
+
+    margin: float
+    name: str = "margin"
+    supports_scoring: bool = True
+
+    def score(self, prompt, continuations):
+        return [self.margin if "recover" in c else 0.0 for c in continuations]
+
+
+@pytest.mark.parametrize(
+    ("margin", "threshold", "recover"), [(-3.0, 0.0, False), (-3.0, -4.0, True), (1.0, 2.0, False)]
+)
+def test_a_ranked_review_compares_the_margin_to_the_threshold(margin: float, threshold: float, recover: bool) -> None:
+    decision = PromptedController(Margin(margin), "m", review_threshold=threshold).review(CTX)  # type: ignore[arg-type]
+    assert decision.value.recover is recover
+    assert decision.meta["margin"] == margin and decision.meta["threshold"] == threshold
+
+
+def test_balancing_repeats_the_rarer_label() -> None:
+    from datasets import Dataset
+
+    from train.data import balance_labels
+
+    rows = [{"x": i, "meta": {"label": "recover" if i < 6 else "continue"}} for i in range(8)]
+    out = balance_labels(Dataset.from_list(rows), seed=0, what="review_sft")
+    labels = [m["label"] for m in out["meta"]]
+    assert labels.count("recover") == labels.count("continue") == 6 and len(out) == 12
+    assert set(out["x"][:8]) == set(range(8))  # nothing dropped
+    unlabelled = Dataset.from_list([{"x": 1, "meta": {"step": 0}}])
+    assert balance_labels(unlabelled, seed=0, what="x") is unlabelled
+
+
+def test_calibration_writes_the_threshold_that_tuned_controllers_use(tmp_path: Path) -> None:
+    """A 1-step tiny adapter on review rows of both labels: the card gets a threshold and the
+    controller built from `tuned:<dir>` decides with it."""
+    from datasets import Dataset, DatasetDict
+
+    from tests.test_train import FAST, REPO, parse
+    from train import sft
+
+    data = tmp_path / "data"
+    for name in ("review_sft", "locate_sft", "reflect_sft"):
+        rows = []
+        for i in range(12):
+            ctx = DecisionContext(
+                "t", "goal", "", (Step(0, f"take item {i}", "ok", 0.0),), "ok", 0.0, "schedule", (0, 1)
+            )
+            label = "recover" if i % 3 == 0 else "continue"
+            answer = json.dumps({"decision": label, "reason": "x"})
+            meta = {"label": label, "context": ctx.to_json(), "decision": "review", "step": 1}
+            prompt = render_decision("review", ctx)
+            rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": answer}], "meta": meta})
+        DatasetDict({"train": Dataset.from_list(rows[:8]), "validation": Dataset.from_list(rows[8:])}).save_to_disk(
+            str(data / name)
+        )
+    out = tmp_path / "adapter"
+    argv = ["--config", str(REPO / "configs/train/sft_cpu_quick.yaml"), *FAST, "--data", str(data)]
+    argv += ["--output_dir", str(out), "--max_steps", "1", "--decision_types", "review", "--eval_strategy", "no"]
+    sft.main(*parse("sft", argv))
+    card = json.loads((out / "rir_controller.json").read_text())
+    calibration = card["review_calibration"]
+    assert calibration["rows"] == 4 and calibration["recover_rows"] == 1 and "review_threshold" in card
+    assert calibration["balanced_accuracy_at_threshold"] >= calibration["balanced_accuracy_at_0"]
+    controller = make_controller(f"tuned:{out}")
+    assert isinstance(controller, PromptedController) and controller.review_threshold == card["review_threshold"]

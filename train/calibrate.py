@@ -1,0 +1,75 @@
+"""The recover-vs-continue threshold of a controller adapter, calibrated on its validation split.
+
+A ranked review compares log p(recover) with log p(continue). Trained on skewed labels, an adapter's
+margin sits far on one side (it never, or always, says "recover"), yet it may still order the rows
+well. The threshold that maximises balanced accuracy on the held-out review rows goes into the
+adapter card (`review_threshold`), and `tuned:<dir>` controllers decide with it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from eval.metrics import best_threshold, binary_quality
+from rir_runtime.errors import UserInputError
+
+CARD = "rir_controller.json"
+
+
+def review_rows(data: str, split: str, max_rows: int) -> list[dict[str, Any]]:
+    """The `meta` of up to `max_rows` review rows of `data`'s split (those that carry a context)."""
+    from datasets import load_from_disk
+
+    folder = Path(data) / "review_sft" if (Path(data) / "review_sft").is_dir() else Path(data)
+    dataset = load_from_disk(str(folder))
+    if split not in dataset:
+        raise UserInputError(f"{folder} has no '{split}' split to calibrate on: rebuild it with `rir build-data`")
+    metas = dataset[split].select(range(min(max_rows, len(dataset[split]))))["meta"]
+    return [m for m in metas if m.get("context") and m.get("label") in ("recover", "continue")]
+
+
+def review_margins(adapter_dir: str, metas: list[dict[str, Any]]) -> list[float]:
+    """log p(recover) - log p(continue) of the adapter on each row's situation."""
+    from rir_runtime.controllers import PromptedController
+    from rir_runtime.llm import make_backend
+    from rir_runtime.prompts import DecisionContext
+
+    controller = PromptedController(make_backend(f"tuned:{adapter_dir}"), name="calibration", review_threshold=0.0)
+    return [float(controller.review(DecisionContext.from_json(m["context"])).meta["margin"]) for m in metas]
+
+
+def calibrate_review(adapter_dir: str, data: str, split: str = "validation", max_rows: int = 200) -> dict[str, Any]:
+    """Write `review_threshold` (and how it was found) into the adapter card; returns the record."""
+    metas = review_rows(data, split, max_rows)
+    labels = [m["label"] == "recover" for m in metas]
+    if len(set(labels)) < 2:
+        print(f"calibration skipped: the {split} review rows do not hold both labels", file=sys.stderr)
+        return {}
+    margins = review_margins(adapter_dir, metas)
+    threshold = best_threshold(labels, margins)
+    at_zero = binary_quality(labels, [m > 0 for m in margins], margins)
+    tuned = binary_quality(labels, [m > threshold for m in margins], margins)
+    record = {
+        "review_threshold": threshold,
+        "review_calibration": {
+            "split": split,
+            "rows": len(labels),
+            "recover_rows": sum(labels),
+            "auroc": tuned.auroc,
+            "balanced_accuracy_at_0": at_zero.balanced_accuracy,
+            "balanced_accuracy_at_threshold": tuned.balanced_accuracy,
+            "f1_at_threshold": tuned.f1,
+        },
+    }
+    path = Path(adapter_dir) / CARD
+    card = json.loads(path.read_text())
+    path.write_text(json.dumps({**card, **record}, indent=2) + "\n")
+    print(
+        f"review threshold {threshold:+.3f}: balanced accuracy {at_zero.balanced_accuracy:.1%} at 0 -> "
+        f"{tuned.balanced_accuracy:.1%} on {len(labels)} {split} rows (AUROC {tuned.auroc:.3f})",
+        file=sys.stderr,
+    )
+    return record
