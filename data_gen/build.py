@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from data_gen.agent_values import AgentValue, policy_factory
 from data_gen.hindsight import (
     DecisionPoint,
     Label,
@@ -40,7 +41,9 @@ from rir_runtime.controllers import failure_signal
 from rir_runtime.decisions import DecisionKind, Reflection, Review, ReviewDecision, dump, parse
 from rir_runtime.envs import make_env
 from rir_runtime.errors import RIRError, UserInputError
+from rir_runtime.guidance import Guidance
 from rir_runtime.prompts import DecisionContext, Messages, approx_tokens, fit_decision
+from rir_runtime.recovery import PRESETS
 from rir_runtime.trace import TRACE_SCHEMA_VERSION, EpisodeRecord, drop_partial_tail, read_records
 
 SFT = ("review_sft", "locate_sft", "reflect_sft")
@@ -61,12 +64,27 @@ class BuildConfig:
     reflect_points: int = field(default=1, metadata={"help": "recoveries per episode given reflection preferences"})
     points_per_episode: int = field(default=4, metadata={"help": "reviews labelled per episode (latest first)"})
     val_fraction: float = field(default=0.2, metadata={"help": "share of task variations held out for validation"})
+    label_value: str = field(
+        default="expert",
+        metadata={
+            "help": "whose chance to succeed from a checkpoint the labels compare: the environment's expert "
+            "plan, or K continuations of the rollout's own agent (slower; right where the expert knows only "
+            "a gold path)",
+            "choices": ["expert", "agent"],
+        },
+    )
+    value_rollouts: int = field(default=2, metadata={"help": "agent values: continuations per checkpoint (K)"})
+    value_max_steps: int = field(default=30, metadata={"help": "agent values: environment steps per continuation"})
 
     def __post_init__(self) -> None:
         if not self.rollouts:
             raise ValueError("rollouts is empty: pass --rollouts DIR[,DIR...]")
         if not 0.0 < self.val_fraction < 1.0:
             raise ValueError("val_fraction must be within (0, 1)")
+        if self.label_value not in ("expert", "agent"):
+            raise ValueError(f"label_value must be expert or agent, not {self.label_value!r}")
+        if self.value_rollouts < 1 or self.value_max_steps < 1:
+            raise ValueError("value_rollouts and value_max_steps must be >= 1")
 
 
 # --- loading runs ---------------------------------------------------------------------------------------
@@ -128,8 +146,10 @@ def label_episodes(
     """Label the latest `points_per_episode` reviews of each episode; resumes from `cache`."""
     from tqdm import tqdm
 
+    check_label_settings(cache, cfg)
     done = read_label_cache(cache)
     envs: dict[str, Any] = {}
+    values: dict[str, AgentValue] = {}
     out: list[tuple[DecisionPoint, dict]] = []
     with cache.open("a") as fh:
         for record, source in tqdm(episodes, desc="labelling", unit="ep", file=sys.stderr):
@@ -137,8 +157,11 @@ def label_episodes(
             for point in decision_points(record, source)[-cfg.points_per_episode :]:
                 if point.id not in done:
                     env = envs.get(record.env) or envs.setdefault(record.env, make_env(record.env))
+                    agent = (
+                        agent_value(values, record, source, cfg, cache.parent) if cfg.label_value == "agent" else None
+                    )
                     try:
-                        label = label_point(env, point, bisect=cfg.bisect)
+                        label = label_point(env, point, bisect=cfg.bisect, agent=agent)
                     except RIRError as err:
                         warnings.warn(f"skipping {point.id}: {err}", stacklevel=2)
                         continue
@@ -154,7 +177,42 @@ def label_episodes(
                 out.append((point, done[point.id]))
     for env in envs.values():
         env.close()
+    for value in values.values():
+        value.close()
     return out
+
+
+LABEL_SETTINGS = ("label_value", "value_rollouts", "value_max_steps", "bisect")
+
+
+def check_label_settings(cache: Path, cfg: BuildConfig) -> None:
+    """Labels cached under other settings must not be mixed in: refuse, naming the settings and the fix."""
+    meta = cache.with_name("labels.json")
+    wanted = {k: getattr(cfg, k) for k in LABEL_SETTINGS}
+    if cache.exists() and meta.exists():
+        old = json.loads(meta.read_text())
+        changed = {k: (old.get(k), v) for k, v in wanted.items() if old.get(k) != v}
+        if changed:
+            said = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())
+            raise UserInputError(
+                f"{cache} holds labels made with other settings ({said}): use a new --out, or delete it"
+            )
+    meta.write_text(json.dumps(wanted) + "\n")
+
+
+def agent_value(
+    values: dict[str, AgentValue], record: EpisodeRecord, source: str, cfg: BuildConfig, out: Path
+) -> AgentValue:
+    """The V_agent estimator of a rollout's agent (one per policy and error rate), its cache in `out`."""
+    key = f"{record.policy}|{record.error_rate}"
+    if key not in values:
+        run = json.loads((Path(source) / "run.json").read_text()).get("config", {})
+        factory = policy_factory(record.policy, run.get("policy_mode", "rank"), record.error_rate, record.seed)
+        guidance = PRESETS[record.method].guidance if record.method in PRESETS else Guidance()
+        values[key] = AgentValue(
+            factory, key, cfg.value_rollouts, cfg.value_max_steps, guidance, out / "agent_values.jsonl"
+        )
+    return values[key]
 
 
 # --- rows --------------------------------------------------------------------------------------------------
@@ -376,8 +434,16 @@ def warn_about(name: str, splits: dict[str, list[dict[str, Any]]]) -> None:
 def dataset_card(
     name: str, splits: dict[str, list[dict]], sources: list[str], cfg: BuildConfig, sides: tuple[int, int]
 ) -> str:
-    """The README of one dataset; `sides` counts the build's train and held-out task variations."""
+    """The README of one dataset; `sides` counts the build's train and held-out task variations. Its
+    front matter (splits and files, task, license, tags) lets the folder be pushed to the Hub as is."""
+    from data_gen.cards import dataset_metadata, front_matter
+
+    fmt = ("sft", "prompt-completion") if name.endswith("_sft") else ("preference", "dpo")
+    envs = sorted({str(r["meta"]["env"]) for rows in splits.values() for r in rows if r["meta"].get("env")})
+    tags = [*fmt, "controller", name.split("_")[0], *envs]
+    metadata = dataset_metadata({s: len(r) for s, r in splits.items()}, pretty_name=f"RIR {name}", tags=tags)
     lines = [
+        front_matter(metadata),
         f"# {name}",
         "",
         f"Recovery-controller decisions labelled in hindsight by branch re-execution "

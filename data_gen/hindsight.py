@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from data_gen.agent_values import AgentValue
 from rir_runtime.controllers import reflection_for
 from rir_runtime.decisions import Reflection
 from rir_runtime.envs import Env, Snapshot, TaskSpec
@@ -120,16 +121,20 @@ def branch_snapshots(env: Env, task: TaskSpec, history: tuple[Step, ...]) -> tup
     return snaps, len(history)
 
 
-def label_point(env: Env, point: DecisionPoint, bisect: bool = True, max_steps: int = 60) -> Label:
-    """Values, review label, restore label and segment for one decision point."""
+def label_point(
+    env: Env, point: DecisionPoint, bisect: bool = True, max_steps: int = 60, agent: AgentValue | None = None
+) -> Label:
+    """Values, review label, restore label and segment for one decision point. `V` is the expert's
+    (`V_expert`), or, with `agent`, the controlled agent's own chance from each checkpoint (`V_agent`)."""
     snaps, spent = branch_snapshots(env, point.task, point.history)
     probe = ValueProbe(env, max_steps=max_steps)
+    agent_steps = agent.env_steps if agent else 0
     h = point.history
     terminal = ended(point)
     indices = list(range(len(h))) if terminal else list(range(len(h) + 1))
 
     def value(i: int) -> float:
-        return probe._rollout(snaps[i])
+        return agent.value(env, point, i, snaps[i]) if agent else probe._rollout(snaps[i])
 
     if not indices:
         return Label(point, {}, 0.0, "continue", None, None, (), spent, 0)
@@ -150,7 +155,7 @@ def label_point(env: Env, point: DecisionPoint, bisect: bool = True, max_steps: 
         restore if best > 0 else None,
         segment if best > 0 else None,
         segs,
-        spent + probe.env_steps,
+        spent + probe.env_steps + (agent.env_steps - agent_steps if agent else 0),
         probe.probes,
         restore_snapshot=snaps[restore] if best > 0 else None,
     )

@@ -1,0 +1,122 @@
+"""Hindsight values relative to the agent being controlled: `V_agent(C_i)`.
+
+`V_expert(C_i)` follows the environment's expert plan from checkpoint i. Where the expert knows only
+its gold path (ScienceWorld), any harmless detour drops it to 0, so review labels come out eager:
+"recover" where the agent itself would still have won. `V_agent(C_i)` instead runs K continuations
+of the actual agent (its policy, with the memory it had and the memory guidance it uses) from the
+checkpoint and counts how often it succeeds.
+
+Continuations are cached by (task, action prefix, k): decision points of one episode, and the
+exploratory variants that share its prefix, reuse them; the cache is an append-only JSONL file, so a
+killed build resumes. Each continuation is capped at `max_steps` environment steps.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from rir_runtime.envs import Env, Snapshot
+from rir_runtime.envs.checkpoints import Step
+from rir_runtime.errors import RestoreError
+from rir_runtime.guidance import Guidance
+from rir_runtime.memory import ReflectionMemory
+from rir_runtime.policies import AgentContext, Policy
+
+if TYPE_CHECKING:
+    from data_gen.hindsight import DecisionPoint
+
+PolicyFactory = Callable[[Env, int], Policy]  # (environment, continuation index k) -> the agent
+
+
+@dataclass
+class AgentValue:
+    """`V_agent` of checkpoints: the share of K continuations of the agent that succeed."""
+
+    make_policy: PolicyFactory
+    name: str = "agent"  # the policy's name: part of each cached continuation's key
+    rollouts: int = 2
+    max_steps: int = 30
+    guidance: Guidance = field(default_factory=Guidance)
+    cache_file: Path | None = None
+    env_steps: int = 0
+    continuations: int = 0
+    _cache: dict[str, bool] = field(default_factory=dict)
+    _fh: TextIO | None = None
+
+    def __post_init__(self) -> None:
+        if self.rollouts < 1 or self.max_steps < 1:
+            raise ValueError("agent values need rollouts >= 1 and max_steps >= 1")
+        if self.cache_file is not None and self.cache_file.exists():
+            for line in self.cache_file.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a partial last line of a killed build: that continuation reruns
+                self._cache[row["key"]] = bool(row["won"])
+
+    def value(self, env: Env, point: DecisionPoint, i: int, snapshot: Snapshot) -> float:
+        """The success rate of the agent continued from checkpoint i of the point's branch."""
+        prefix = point.history[:i]
+        wins = [self._continue(env, point, prefix, snapshot, k) for k in range(self.rollouts)]
+        return sum(wins) / len(wins)
+
+    def _continue(self, env: Env, point: DecisionPoint, prefix: tuple[Step, ...], start: Snapshot, k: int) -> bool:
+        key = json.dumps([self.name, point.task.key, [s.action for s in prefix], k])
+        if key not in self._cache:
+            self._cache[key] = self._run(env, point, prefix, start, k)
+            self._write(key, self._cache[key])
+        return self._cache[key]
+
+    def _run(self, env: Env, point: DecisionPoint, prefix: tuple[Step, ...], start: Snapshot, k: int) -> bool:
+        try:
+            obs = env.restore(start)
+        except RestoreError:
+            return False
+        self.continuations += 1
+        policy = self.make_policy(env, k)
+        memory = ReflectionMemory.from_snapshot(point.memory, point.objective)
+        history, observation = prefix, obs.text
+        for _ in range(self.max_steps):
+            ctx = AgentContext(
+                point.task.key, point.objective, memory, history, observation, env.admissible_actions, self.guidance
+            )
+            act = policy.act(ctx)
+            if act.kind != "task":
+                return False  # a final response or a rollback call: this continuation did not win
+            result = env.step(act.text)
+            self.env_steps += 1
+            history += (Step(len(history), act.text, result.observation, result.score, result.won, result.lost),)
+            observation = result.observation
+            if result.done:
+                return result.won
+        return False
+
+    def _write(self, key: str, won: bool) -> None:
+        if self.cache_file is None:
+            return
+        if self._fh is None:
+            self._fh = self.cache_file.open("a")
+        self._fh.write(json.dumps({"key": key, "won": won}) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def policy_factory(policy: str, mode: str, error_rate: float, seed: int) -> PolicyFactory:
+    """The agent of a rollout, as it acted there: the error-injected expert (continuation k draws its
+    errors with seed + 1000k, so k = 0 meets the very mistakes the episode did) or the LLM agent."""
+    from rir_runtime.policies import LLMPolicy, NoisyExpertPolicy, action_mode
+
+    if policy == "noisy-expert":
+        return lambda env, k: NoisyExpertPolicy(env, error_rate, seed + 1000 * k)
+    from rir_runtime.jobs import _backend
+
+    backend = _backend(policy.removeprefix("llm:"))
+    return lambda env, k: LLMPolicy(backend, action_mode(mode), name=policy)
