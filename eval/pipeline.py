@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eval.paired import combine, find_comparison
 from rir_runtime.stages import Stages, yaml_settings
 from train.launch import last_complete_checkpoint, run_training, train_command
 
@@ -249,7 +250,35 @@ def headline(specs: list[str], evals: list[dict[str, Any]]) -> list[str]:
             f"{s[2] / s[1]:.1f} calls)."
         )
     others = [f"`{c}` {v[0] / v[1]:.1%} at {v[2] / v[1]:.1f} calls" for c, v in rest[1:]]
+    if rest:
+        paired = combine(c for e in evals if (c := find_comparison(e, f"rir/{best}", f"rir/{rest[0][0]}")) is not None)
+        if paired is not None:
+            line += (
+                f" Paired over {paired.episodes} episodes: {paired.a_only} vs {paired.b_only} discordant, "
+                f"exact McNemar p = {paired.p_value:.3g}{' (significant)' if paired.significant else ''}."
+            )
     return [line] + ([f"Others: {', '.join(others)}."] if others else [])
+
+
+def offline_verdict(ce_dir: Path, specs: list[str]) -> list[str]:
+    """Does the tuned adapter beat its base model offline (review F1, restore point exact)? Said plainly."""
+    results = {r["controller"]: r for r in _load(ce_dir / "controller_eval.json").get("results", [])}
+    tuned = next((results[s] for s in specs if s.startswith("tuned:") and s in results), None)
+    base = next((results[s] for s in specs if s.startswith("prompted:") and s in results), None)
+    if not tuned or not base:
+        return []
+    rows = []
+    wins = 0
+    for key, label in (("review_f1", "review F1 (recover)"), ("restore_exact", "restore point exact")):
+        t, b = tuned.get(key), base.get(key)
+        if t is None or b is None:
+            continue
+        wins += t > b
+        rows.append(f"{label} {t:.1%} vs {b:.1%}")
+    if not rows:
+        return []
+    verdict = "beats" if wins == len(rows) else ("does not beat" if wins == 0 else "beats only in part")
+    return [f"Offline, on held-out variations, the tuned adapter {verdict} its base model: " + "; ".join(rows) + "."]
 
 
 def benchmark_table(envs: list[str], evals: list[dict[str, Any]]) -> str:
@@ -274,6 +303,7 @@ def final_report(
     lines = (
         ["# RIR pipeline report", ""]
         + headline(specs, evals)
+        + offline_verdict(ce_dir, specs)
         + [
             "",
             f"Base model `{cfg.base_model}`, policy `{cfg.policy}` (error rate {cfg.error_rate}), "
