@@ -2,6 +2,7 @@
 
 Heavy imports (torch, transformers, Java) happen inside the subcommands, so `rir --help` is
 instant. Every error raised on purpose (`RIRError`) becomes one line on stderr and exit code 2.
+Stage flags follow TRL's spelling (`--max_steps`, dashes accepted): see `rir_runtime/config.py`.
 """
 
 from __future__ import annotations
@@ -85,16 +86,54 @@ def cmd_models_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- env -----------------------------------------------------------------------------------
+def cmd_env(args: argparse.Namespace) -> int:
+    from rir_runtime.env_report import collect, render
+
+    sys.stdout.write(render(collect()))
+    return 0
+
+
 # --- pipeline stages: typed configs, YAML with flag overrides ---------------------------------
 def _stage(
-    sub: argparse._SubParsersAction, name: str, help_text: str, config_cls: type[DataclassInstance], handler: Handler
+    sub: argparse._SubParsersAction,
+    name: str,
+    help_text: str,
+    config_cls: type[DataclassInstance],
+    handler: Handler,
+    names: dict[str, list[str]],
 ) -> None:
     from rir_runtime.config import add_dataclass_arguments
 
-    p = sub.add_parser(name, help=help_text, description=help_text)
+    p = sub.add_parser(name, help=help_text, description=help_text + _SPELLING)
     p.add_argument("--config", help="YAML file with the same keys as the flags (flags override it)")
-    add_dataclass_arguments(p, config_cls)
+    add_dataclass_arguments(p, config_cls, names)
     p.set_defaults(handler=handler)
+
+
+_SPELLING = (
+    ". Flags take TRL's spelling (--max_steps) or dashes (--max-steps); lists take a,b or a b; "
+    "--output_dir is another name of --out; booleans take --flag, --flag false or --no_flag."
+)
+
+
+def _known_names() -> dict[str, list[str]]:
+    """The names free-form fields know (methods, controllers, models), listed in their --help."""
+    from rir_runtime.controllers import CONTROLLER_KINDS
+    from rir_runtime.llm.registry import MODELS
+    from rir_runtime.recovery import PRESETS
+
+    methods, controllers = list(PRESETS), list(CONTROLLER_KINDS)
+    models = [*MODELS, "<folder>", "<hub id>"]
+    return {
+        "methods": methods,
+        "eval_methods": methods,
+        "controller": controllers,
+        "explore": controllers,
+        "policy": ["noisy-expert", *(f"llm:{m}" for m in models)],
+        "base_model": models,
+        "tokenizer": models,
+    }
 
 
 def _config(args: argparse.Namespace, config_cls: type[C]) -> C:
@@ -168,12 +207,16 @@ def cmd_trace_upgrade(args: argparse.Namespace) -> int:
 
 # --- parser -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from rir_runtime.config import FlagParser
+    from rir_runtime.env_report import package_version
+
+    parser = FlagParser(
         prog="rir",
         description="Rollback-Induced Reflection: run agents with checkpoints and recovery, "
         "generate controller data, train and evaluate recovery controllers.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"rir {package_version('rir')}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")  # FlagParser too
     _add_envs(sub)
     _add_models(sub)
     play = sub.add_parser(
@@ -183,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     play.set_defaults(handler=cmd_play)
     _add_stages(sub)
     _add_analysis(sub)
+    env = sub.add_parser("env", help="versions, devices, Java and caches for a bug report (like `trl env`)")
+    env.set_defaults(handler=cmd_env)
     return parser
 
 
@@ -231,8 +276,9 @@ def _add_stages(sub: argparse._SubParsersAction) -> None:
         ("build-data", "label rollouts in hindsight and build TRL datasets (review/locate/reflect, SFT and "
          "preference)", BuildConfig, cmd_build_data),
     ]  # fmt: skip
+    names = _known_names()
     for name, help_text, config_cls, handler in stages:
-        _stage(sub, name, help_text, config_cls, handler)
+        _stage(sub, name, help_text, config_cls, handler, names)
     add_train_commands(sub)
 
 

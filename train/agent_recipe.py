@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from data_gen.agent_data import PREVIOUS, AgentDataConfig
-from rir_runtime.config import add_dataclass_arguments, build_config, load_yaml, parse_config
+from rir_runtime.config import FlagParser, add_dataclass_arguments, build_config, load_yaml, parse_config
 from rir_runtime.errors import RIRError, UserInputError
 from rir_runtime.stages import Stages, yaml_settings
 from train.cli import DEFAULT_ACCELERATE_CONFIG, LAUNCHERS
@@ -287,7 +287,7 @@ def run_recipe(cfg: AgentRecipeConfig) -> Path:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = FlagParser(
         prog="rir train agent", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", help="recipe YAML (configs/pipeline/agent_*.yaml); flags override it")
