@@ -30,12 +30,22 @@ if TYPE_CHECKING:
 
 @dataclass
 class Suite:
-    """One benchmark of the pipeline: train variations feed the data, test variations the eval."""
+    """One benchmark of the pipeline: train variations feed the data, test variations the eval. A suite
+    may bring its own agent (e.g. the cloned LLM agent, whose own mistakes the controller must learn)
+    and budget; empty fields take the pipeline's."""
 
     env: str = "builtin"
     tasks: list[str] = field(default_factory=list)
-    train_variations: str = "0-19"
-    test_variations: str = "0-9"
+    train_variations: str = "0-19"  # empty: this suite only evaluates
+    test_variations: str = "0-9"  # empty: this suite only feeds the data
+    name: str = ""  # stage folders are rollout-<name> / eval-<name>; default: the environment
+    policy: str = ""
+    policy_mode: str = ""
+    budget_agent: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.name or self.env
 
 
 @dataclass
@@ -45,6 +55,16 @@ class PipelineConfig:
     base_model: str = field(default="smollm2-135m-instruct", metadata={"help": "controller base model"})
     policy: str = field(default="noisy-expert", metadata={"help": "base policy of rollouts and eval"})
     error_rate: float = field(default=0.15, metadata={"help": "noisy-expert error rate"})
+    policy_mode: str = field(
+        default="rank", metadata={"help": "LLM action mode", "choices": ["rank", "generate", "constrain"]}
+    )
+    label_value: str = field(
+        default="expert",
+        metadata={
+            "help": "hindsight values of the labels: the expert's or the agent's own",
+            "choices": ["expert", "agent"],
+        },
+    )
     explore: list[str] = field(
         default_factory=lambda: ["random-review", "random-restore"],
         metadata={"help": "exploratory rollout controllers"},
@@ -54,6 +74,8 @@ class PipelineConfig:
     sft_max_length: int = field(default=0, metadata={"help": "override the training max_length (0: keep)"})
     dpo_config: str = field(default="", metadata={"help": "DPO YAML after SFT (empty: no DPO)"})
     dpo_max_steps: int = field(default=0, metadata={"help": "override the DPO config's max_steps (0: keep)"})
+    launcher: str = field(default="python", metadata={"help": "how training runs", "choices": ["python", "accelerate"]})
+    accelerate_config: str = field(default="", metadata={"help": "accelerate config file (launcher accelerate)"})
     max_prompt_tokens: int = field(default=1024, metadata={"help": "prompt bound of the datasets"})
     eval_methods: list[str] = field(default_factory=lambda: ["react", "rir"], metadata={"help": "methods on test"})
     eval_controllers: list[str] = field(
@@ -69,17 +91,24 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if not self.suites:
             raise ValueError("suites is empty: list at least one benchmark")
+        labels = [suite.label for suite in self.suites]
+        if len(set(labels)) < len(labels):
+            raise ValueError(f"suite names {labels} repeat: give suites on one environment distinct `name`s")
+        if not any(suite.train_variations for suite in self.suites):
+            raise ValueError("no suite has train_variations: the controller would have no data")
 
 
 # --- the stage cache ------------------------------------------------------------------------------------
-def _train(kind: str, config: str, out: Path, model: str, data: Path, max_steps: int, extra: list[str]) -> None:
-    args = ["--config", config, "--model", model, "--data", str(data), "--output_dir", str(out)]
+def _train(
+    cfg: PipelineConfig, kind: str, config: str, out: Path, data: Path, max_steps: int, extra: list[str]
+) -> None:
+    args = ["--config", config, "--model", cfg.base_model, "--data", str(data), "--output_dir", str(out)]
     args += (["--max_steps", str(max_steps)] if max_steps else []) + extra
     start = last_complete_checkpoint(out)
     if start is not None:
         print(f"[pipeline] {kind}: resuming training from {start}", file=sys.stderr)
         args += ["--resume_from_checkpoint", str(start)]
-    run_training(f"{kind} training", train_command(f"train.{kind}", args))
+    run_training(f"{kind} training", train_command(f"train.{kind}", args, cfg.launcher, cfg.accelerate_config))
 
 
 def _key_settings(config: DataclassInstance, names: str) -> dict[str, Any]:
@@ -98,14 +127,14 @@ def run_pipeline(cfg: PipelineConfig) -> Path:
     start = time.perf_counter()
     root = Path(cfg.out)
     stages = Stages(root)
-    rollouts = [rollout_stage(stages, cfg, suite) for suite in cfg.suites]
+    rollouts = [rollout_stage(stages, cfg, suite) for suite in cfg.suites if suite.train_variations]
     data = data_stage(stages, cfg, rollouts)
     adapter = sft_stage(stages, cfg, data)
     if cfg.dpo_config:
         adapter = dpo_stage(stages, cfg, data, adapter)
     specs = [controller_spec(c, cfg, adapter) for c in cfg.eval_controllers]
     ce_dir = controller_eval_stage(stages, cfg, data, adapter, specs)
-    eval_dirs = [eval_stage(stages, cfg, suite, adapter, specs) for suite in cfg.suites]
+    eval_dirs = [eval_stage(stages, cfg, suite, adapter, specs) for suite in cfg.suites if suite.test_variations]
 
     report = root / "report.md"
     report.write_text(final_report(cfg, specs, ce_dir, eval_dirs, stages.timings, time.perf_counter() - start))
@@ -128,13 +157,18 @@ def rollout_stage(stages: Stages, cfg: PipelineConfig, suite: Suite) -> Path:
         explore=cfg.explore,
         workers=cfg.workers,
         review_interval=cfg.review_interval,
-        policy=cfg.policy,
+        policy=suite.policy or cfg.policy,
+        policy_mode=suite.policy_mode or cfg.policy_mode,
         error_rate=cfg.error_rate,
     )
+    if suite.budget_agent:  # else the rollout default, a generous budget: data wants long branches
+        rc = replace(rc, budget_agent=suite.budget_agent)
     settings = _key_settings(
-        rc, "env tasks split variations methods controller explore workers review_interval policy error_rate"
+        rc,
+        "env tasks split variations methods controller explore workers review_interval policy policy_mode "
+        "error_rate budget_agent budget_rollback",
     )
-    return stages.run(f"rollout-{suite.env}", settings, lambda d: rollout(replace(rc, out=str(d))))
+    return stages.run(f"rollout-{suite.label}", settings, lambda d: rollout(replace(rc, out=str(d))))
 
 
 def data_stage(stages: Stages, cfg: PipelineConfig, rollouts: list[Path]) -> Path:
@@ -142,9 +176,12 @@ def data_stage(stages: Stages, cfg: PipelineConfig, rollouts: list[Path]) -> Pat
     from data_gen.build import BuildConfig, build
 
     bc = BuildConfig(
-        rollouts=[str(p) for p in rollouts], max_prompt_tokens=cfg.max_prompt_tokens, tokenizer=cfg.base_model
+        rollouts=[str(p) for p in rollouts],
+        max_prompt_tokens=cfg.max_prompt_tokens,
+        tokenizer=cfg.base_model,
+        label_value=cfg.label_value,
     )
-    settings = _key_settings(bc, "max_prompt_tokens tokenizer")  # the rollouts are inputs: their keys count
+    settings = _key_settings(bc, "max_prompt_tokens tokenizer label_value")  # rollouts are inputs: their keys count
     return stages.run("data", settings, lambda d: build(replace(bc, out=str(d))), inputs=[p.name for p in rollouts])
 
 
@@ -162,7 +199,7 @@ def sft_stage(stages: Stages, cfg: PipelineConfig, data: Path) -> Path:
     }
 
     def fn(d: Path) -> None:
-        _train("sft", cfg.sft_config, d, cfg.base_model, data, cfg.sft_max_steps, _length(cfg))
+        _train(cfg, "sft", cfg.sft_config, d, data, cfg.sft_max_steps, _length(cfg))
 
     return stages.run("sft", settings, fn, inputs=[data.name])
 
@@ -173,7 +210,7 @@ def dpo_stage(stages: Stages, cfg: PipelineConfig, data: Path, sft: Path) -> Pat
 
     def fn(d: Path) -> None:
         extra = ["--sft_adapter", str(sft), *_length(cfg)]
-        _train("dpo", cfg.dpo_config, d, cfg.base_model, data, cfg.dpo_max_steps, extra)
+        _train(cfg, "dpo", cfg.dpo_config, d, data, cfg.dpo_max_steps, extra)
 
     return stages.run("dpo", settings, fn, inputs=[data.name, sft.name])
 
@@ -204,19 +241,22 @@ def eval_stage(stages: Stages, cfg: PipelineConfig, suite: Suite, adapter: Path,
         variations=suite.test_variations,
         methods=cfg.eval_methods,
         controller=specs,
-        budget_agent=cfg.budget_agent,
+        budget_agent=suite.budget_agent or cfg.budget_agent,
         budget_rollback=cfg.budget_rollback,
         review_interval=cfg.review_interval,
         workers=cfg.workers,
-        policy=cfg.policy,
+        policy=suite.policy or cfg.policy,
+        policy_mode=suite.policy_mode or cfg.policy_mode,
         error_rate=cfg.error_rate,
     )
     settings = _key_settings(
         ec,
         "env tasks split variations methods controller budget_agent budget_rollback review_interval workers policy "
-        "error_rate",
+        "policy_mode error_rate",
     )
-    return stages.run(f"eval-{suite.env}", settings, lambda d: evaluate(replace(ec, out=str(d))), inputs=[adapter.name])
+    return stages.run(
+        f"eval-{suite.label}", settings, lambda d: evaluate(replace(ec, out=str(d))), inputs=[adapter.name]
+    )
 
 
 # --- the final report -----------------------------------------------------------------------------------------
@@ -311,11 +351,12 @@ def final_report(
             "",
         ]
     )
+    evaluated = [suite for suite in cfg.suites if suite.test_variations]
     if len(evals) > 1:
-        lines += ["## Main table (test split)", "", benchmark_table([s.env for s in cfg.suites], evals), ""]
-    for suite, d, summary in zip(cfg.suites, eval_dirs, evals, strict=True):
+        lines += ["## Main table (test split)", "", benchmark_table([s.label for s in evaluated], evals), ""]
+    for suite, d, summary in zip(evaluated, eval_dirs, evals, strict=True):
         lines += [
-            f"## Test split: {suite.env} (variations {suite.test_variations})",
+            f"## Test split: {suite.label} (variations {suite.test_variations}, policy `{suite.policy or cfg.policy}`)",
             "",
             table(summary),
             "",
