@@ -61,6 +61,13 @@ class SelectionConfig:
             "their model calls are batched into one generate call"
         },
     )
+    only: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "keep only these method[/controller] combinations of methods x controllers "
+            "(e.g. react,rir/heuristic,rir/oracle); empty: all"
+        },
+    )
     out: str = field(default="runs/eval", metadata={"help": "output folder"})
 
     def __post_init__(self) -> None:
@@ -94,6 +101,10 @@ class SelectionConfig:
         for spec in self.controller:
             check_controller_name(spec)
         parse_variations(self.variations)  # fail early on a malformed range
+        offered = {m if not PRESETS[m].recovers else f"{m}/{c}" for m in self.methods for c in self.controller}
+        missing = [k for k in self.only if k not in offered]
+        if missing:
+            raise ValueError(f"only names {missing}, which methods x controllers do not produce: {sorted(offered)}")
 
 
 @dataclass(frozen=True)
@@ -141,8 +152,15 @@ def expand_jobs(cfg: SelectionConfig, env: Env | None = None) -> list[EpisodeJob
                         cfg.max_steps,
                         cfg.review_interval,
                     )
-                    jobs.setdefault(job.episode_id, job)
+                    if not cfg.only or job_key(job) in cfg.only:
+                        jobs.setdefault(job.episode_id, job)
     return list(jobs.values())
+
+
+def job_key(job: EpisodeJob) -> str:
+    """`<method>` for methods that never recover (react), else `<method>/<controller>`: the keys of
+    summary.json, which `only` selects by."""
+    return job.method if not PRESETS[job.method].recovers else f"{job.method}/{job.controller}"
 
 
 def check_controller_name(spec: str) -> None:

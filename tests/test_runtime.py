@@ -583,3 +583,17 @@ def test_the_loop_records_the_task_maximum_for_its_controllers() -> None:
     r = run("rir", TASKS[0])
     reset = r.events[0]
     assert reset.type == "reset" and reset.max_score == 100.0
+
+
+def test_only_keeps_the_named_method_controller_combinations() -> None:
+    from rir_runtime.config import build_config
+    from rir_runtime.errors import UserInputError
+
+    base = {"env": "builtin", "tasks": ["workshop-3"], "variations": "0-1", "methods": ["react", "rir", "rir-unguided"]}
+    cfg = build_config(
+        SelectionConfig, {**base, "controller": ["heuristic", "oracle"], "only": ["react", "rir/oracle"]}
+    )
+    kept = {(j.method, j.controller if j.method != "react" else "-") for j in expand_jobs(cfg)}
+    assert kept == {("react", "-"), ("rir", "oracle")}
+    with pytest.raises(UserInputError, match="do not produce"):
+        build_config(SelectionConfig, {**base, "only": ["rir/oracle"]})
