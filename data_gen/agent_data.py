@@ -211,6 +211,8 @@ def build_agent_data(cfg: AgentDataConfig) -> dict[str, int]:
     from datasets import Dataset, DatasetDict
     from tqdm import tqdm
 
+    from data_gen.cards import dataset_metadata, front_matter
+
     if any(source.mistakes_of == PREVIOUS for source in cfg.sources):
         raise UserInputError(
             f"mistakes_of: {PREVIOUS} names the adapter of the previous round of `rir train agent`; "
@@ -241,7 +243,11 @@ def build_agent_data(cfg: AgentDataConfig) -> dict[str, int]:
     out = Path(cfg.out)
     splits = {"train": train, "validation": validation}
     DatasetDict({k: Dataset.from_list(v) for k, v in splits.items() if v}).save_to_disk(str(out / "agent_sft"))
+    envs = sorted({source.env for source in cfg.sources})
+    tags = ["sft", "prompt-completion", "agent", "behaviour-cloning", *envs]
+    metadata = dataset_metadata({k: len(v) for k, v in splits.items()}, pretty_name="RIR agent_sft", tags=tags)
     card = [
+        front_matter(metadata),
         "# agent_sft",
         "",
         "Behaviour-cloning rows: expert actions rendered in the LLM policy's prompt "

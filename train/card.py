@@ -1,5 +1,9 @@
 """What a training run writes next to its adapter: the adapter card `rir_controller.json` (a contract:
-`rir_runtime.llm.tuned` validates it before serving the adapter) and the fully resolved configuration.
+`rir_runtime.llm.tuned` validates it before serving the adapter), a Hub model card `README.md` (YAML
+front matter: library, base model, tags) and the fully resolved configuration.
+
+The base model is recorded by a name that holds on another machine: a registry name, a hub id, or a
+local folder marked as one (`base_model_source`), never rir's model cache path.
 """
 
 from __future__ import annotations
@@ -7,13 +11,24 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata as md
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from train.args import AGENT
 
+if TYPE_CHECKING:
+    from rir_runtime.llm.tuned import BaseModelRef
+
 RESOLVED_CONFIG = "rir_train_config.json"
+README = "README.md"
+# The Hub models that registry entries were converted from (the registry serves dequantized GGUF
+# copies of them); a Hub card names these, as a registry name means nothing on the Hub.
+UPSTREAM_HUB_IDS = {
+    "smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "gemma3-270m": "google/gemma-3-270m",
+}
 
 
 def versions() -> dict[str, str]:
@@ -34,12 +49,16 @@ def write_card(
     stage: str,
     extra: dict[str, Any] | None = None,
 ) -> Path:
-    """`rir_controller.json`: what `rir_runtime.llm.tuned` checks before serving the adapter."""
+    """`rir_controller.json` (what `rir_runtime.llm.tuned` checks before serving the adapter) and the
+    Hub card `README.md` next to it; returns the path of the first."""
+    from rir_runtime.llm.tuned import describe_base
     from rir_runtime.prompts import PROMPT_FORMAT_VERSION
 
+    base = describe_base(base_model)
     card = {
         "kind": AGENT if decision_types == [AGENT] else "controller",
-        "base_model": base_model,
+        "base_model": base.name,
+        "base_model_source": base.source,
         "base_model_path": base_model_path,
         "decision_types": decision_types,
         "prompt_format_version": PROMPT_FORMAT_VERSION,
@@ -50,7 +69,63 @@ def write_card(
     }
     path = Path(output_dir) / "rir_controller.json"
     path.write_text(json.dumps(card, indent=2) + "\n")
+    (Path(output_dir) / README).write_text(adapter_readme(card, Path(output_dir).name))
     return path
+
+
+def base_ref(card: dict[str, Any]) -> BaseModelRef:
+    """The card's base model and where it comes from (cards written before `base_model_source`: inferred)."""
+    from rir_runtime.llm.tuned import BaseModelRef, describe_base
+
+    source = card.get("base_model_source")
+    return BaseModelRef(card["base_model"], source) if source else describe_base(card["base_model"])
+
+
+def hub_base_model(card: dict[str, Any]) -> str | None:
+    """The base model as the Hub names it: a hub id, a registry entry's upstream id, else the registry
+    name; None for a local folder (a path means nothing elsewhere)."""
+    base = base_ref(card)
+    if base.source == "local":
+        return None
+    return UPSTREAM_HUB_IDS.get(base.name, base.name) if base.source == "registry" else base.name
+
+
+def adapter_readme(card: dict[str, Any], title: str, datasets: Sequence[str] = ()) -> str:
+    """A Hub model card for the adapter: front matter (library_name, base_model, tags, datasets: Hub
+    dataset ids, when the training data was pushed) above what the adapter is and how to use it."""
+    from data_gen.cards import front_matter
+
+    agent = card["kind"] == AGENT
+    metadata: dict[str, Any] = {"library_name": "peft"}
+    hub_base = hub_base_model(card)
+    if hub_base:
+        metadata["base_model"] = hub_base
+    metadata["pipeline_tag"] = "text-generation"
+    role = ["agent", "behaviour-cloning"] if agent else ["recovery-controller", *card["decision_types"]]
+    metadata["tags"] = ["rir", "lora", "trl", card["stage"], *role]
+    if datasets:
+        metadata["datasets"] = list(datasets)
+    ref = base_ref(card)
+    upstream = UPSTREAM_HUB_IDS.get(ref.name) if ref.source == "registry" else None
+    where = {"registry": "rir registry model", "hub": "Hub model", "local": "local folder"}[ref.source]
+    use = "--policy llm:<folder>" if agent else "--controller tuned:<folder>"
+    data = sorted({key.split("/")[0] for key in card.get("dataset_fingerprints", {})})
+    lines = [
+        front_matter(metadata),
+        f"# {title}",
+        "",
+        f"A LoRA adapter trained by RIR (`rir train {card['stage']}`) as "
+        + ("the agent policy." if agent else f"a recovery controller ({', '.join(card['decision_types'])})."),
+        "",
+        f"- Base model: {where} `{ref.name}`" + (f" (a dequantized GGUF copy of `{upstream}`)" if upstream else ""),
+        f"- Prompt format version {card['prompt_format_version']}: the adapter expects prompts rendered by an "
+        "rir runtime of that version; rir checks `rir_controller.json` before serving it.",
+        f"- Use: `rir eval ... {use}`",
+        f"- Training data: {', '.join(f'`{d}`' for d in data) or 'not recorded'}",
+        f"- Trained with: {', '.join(f'{k} {v}' for k, v in card.get('trained_with', {}).items())}",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 def write_resolved_config(output_dir: str, script_args: Any, training_args: Any, model_args: Any) -> None:

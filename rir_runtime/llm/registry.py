@@ -348,7 +348,8 @@ def load_tokenizer(name: str) -> Any:
 
 
 def _load_adapter(spec: ModelSpec, dtype: Any, device: str) -> tuple[Any, Any]:
-    # TODO(adapters): read adapter_config.json's base_model_name_or_path, load that base with
-    # load_model_and_tokenizer, then peft.PeftModel.from_pretrained(base, spec.source); prefer the
-    # adapter folder's tokenizer when it saved one (chat template / pad token may differ).
-    raise ModelLoadError(f"{spec.source} is a PEFT adapter folder; loading adapters is not supported yet")
+    """Base model (from adapter_config.json, or rir's card) with the adapter applied."""
+    from rir_runtime.llm.tuned import load_tuned_model
+
+    model, tokenizer, _ = load_tuned_model(spec.source, device=device, dtype=dtype, expect="agent")
+    return model, tokenizer

@@ -6,6 +6,9 @@ decision types, and the `prompt_format_version` of the renderer that built its t
 controller adapter only works with prompts rendered the same way, so a version mismatch is an
 error, not a warning.
 
+A plain PEFT adapter folder (adapter_config.json and weights, no card; trained elsewhere) loads too:
+its base model is read from adapter_config.json, with a warning that its prompt format is unknown.
+
     backend = load_tuned_backend("runs/sft-smollm2")        # base + adapter (unmerged)
     backend.generate([messages], max_new_tokens=160)
 """
@@ -13,14 +16,18 @@ error, not a warning.
 from __future__ import annotations
 
 import json
+import re
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rir_runtime.errors import ModelLoadError, UserInputError
 from rir_runtime.llm.backends import TransformersBackend, default_device, set_num_threads
 from rir_runtime.prompts import PROMPT_FORMAT_VERSION
 
 CARD = "rir_controller.json"
+PEFT_CONFIG = "adapter_config.json"
 # How to use adapters of other kinds (written by other training stages), for the error message.
 KIND_USE = {
     "policy": "the agent policy: --policy llm:{dir}",
@@ -31,20 +38,17 @@ KIND_USE = {
 
 def read_card(adapter_dir: str | Path, expect: str = "controller") -> dict[str, Any]:
     """The adapter's `rir_controller.json`, validated: an adapter of the `expect`ed kind (controller or
-    agent) with our prompt format."""
+    agent) with our prompt format. A plain PEFT folder gets a card made from its adapter_config.json."""
     folder = Path(adapter_dir).expanduser()
     if not folder.is_dir():
         raise UserInputError(f"adapter folder {folder} does not exist: pass the --output-dir of `rir train sft|dpo`")
     path = folder / CARD
+    if not path.is_file() and (folder / PEFT_CONFIG).is_file():
+        return plain_adapter_card(folder, expect)
     if not path.is_file():
-        hint = (
-            " It holds a PEFT adapter without our card: it was not trained by `rir train`."
-            if (folder / "adapter_config.json").is_file()
-            else ""
-        )
         raise UserInputError(
-            f"{folder} has no {CARD}, so it is not a controller adapter made by `rir train sft|dpo`."
-            f"{hint} Train one with `rir train sft --config configs/train/sft_cpu_quick.yaml`."
+            f"{folder} has no {CARD} and no {PEFT_CONFIG}, so it is not an adapter folder. "
+            f"Train one with `rir train sft --config configs/train/sft_cpu_quick.yaml`."
         )
     try:
         card = json.loads(path.read_text())
@@ -68,6 +72,75 @@ def read_card(adapter_dir: str | Path, expect: str = "controller") -> dict[str, 
     if not card.get("base_model"):
         raise UserInputError(f"{path} names no base_model: retrain the adapter with `rir train sft|dpo`")
     return card
+
+
+class PlainAdapterWarning(UserWarning):
+    """A PEFT adapter without rir's card is served, but nothing says which prompts it was trained on."""
+
+
+def plain_adapter_card(folder: Path, expect: str) -> dict[str, Any]:
+    """A card for a PEFT adapter trained elsewhere: the base model from its adapter_config.json; the
+    prompt format is unknown, so it is served with a warning instead of the version check."""
+    path = folder / PEFT_CONFIG
+    try:
+        config = json.loads(path.read_text())
+    except ValueError as err:
+        raise UserInputError(f"{path} is not valid JSON ({err}): re-save the adapter with PEFT") from None
+    recorded = config.get("base_model_name_or_path")
+    if not recorded:
+        raise UserInputError(
+            f"{path} names no base_model_name_or_path, so the base model of {folder} is unknown: "
+            "add it to adapter_config.json (a hub id, a registry name or a local folder)"
+        )
+    warnings.warn(
+        f"{folder} is a plain PEFT adapter (no {CARD}): it was not trained by `rir train`, so its prompt "
+        f"format is unknown; it is used as {'an' if expect[:1] in 'aeiou' else 'a'} {expect} on rir's "
+        f"prompts (format version {PROMPT_FORMAT_VERSION}) as they are",
+        PlainAdapterWarning,
+        stacklevel=3,
+    )
+    base = describe_base(str(recorded))
+    return {
+        "kind": expect,
+        "base_model": base.name,
+        "base_model_source": base.source,
+        "base_model_path": str(recorded),
+        "decision_types": [],
+        "prompt_format_version": None,
+        "stage": "peft",
+        "plain_peft": True,
+    }
+
+
+@dataclass(frozen=True)
+class BaseModelRef:
+    """How a base model is named where it is shared: a registry name, a hub id, or a local folder."""
+
+    name: str
+    source: Literal["registry", "hub", "local"]
+
+
+HF_CACHE_SNAPSHOT = re.compile(r"models--([^/]+)--([^/]+)/snapshots/")
+
+
+def describe_base(name_or_path: str) -> BaseModelRef:
+    """The shareable name of a base model. A machine's cache path is not one: a folder of rir's model
+    cache becomes its registry name (also one recorded on another machine: `.../models/<registered
+    name>` that is not another folder here), a Hugging Face hub snapshot becomes its hub id; any other
+    folder stays a local folder."""
+    from rir_runtime.llm.registry import MARKER, MODELS
+
+    if name_or_path in MODELS:
+        return BaseModelRef(name_or_path, "registry")
+    path = Path(name_or_path).expanduser()
+    if path.name in MODELS and path.parent.name == "models" and (not path.exists() or (path / MARKER).is_file()):
+        return BaseModelRef(path.name, "registry")
+    snapshot = HF_CACHE_SNAPSHOT.search(path.as_posix())
+    if snapshot:
+        return BaseModelRef(f"{snapshot[1]}/{snapshot[2]}", "hub")
+    if path.is_dir() or name_or_path.startswith(("/", ".", "~")):
+        return BaseModelRef(str(path.resolve()), "local")
+    return BaseModelRef(name_or_path, "hub")
 
 
 def base_model_location(card: dict[str, Any]) -> str:
