@@ -226,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     play.set_defaults(handler=cmd_play)
     _add_stages(sub)
     _add_analysis(sub)
+    _add_push(sub)
     env = sub.add_parser("env", help="versions, devices, Java and caches for a bug report (like `trl env`)")
     env.set_defaults(handler=cmd_env)
     return parser
@@ -280,6 +281,29 @@ def _add_stages(sub: argparse._SubParsersAction) -> None:
     for name, help_text, config_cls, handler in stages:
         _stage(sub, name, help_text, config_cls, handler, names)
     add_train_commands(sub)
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    from train.hub import push_adapter, push_dataset
+
+    push = push_adapter if args.push_kind == "adapter" else push_dataset
+    url = push(args.folder, args.repo_id, private=not args.public)
+    print(f"pushed {args.folder} to {url}")
+    return 0
+
+
+def _add_push(sub: argparse._SubParsersAction) -> None:
+    push = sub.add_parser("push", help="publish an adapter or a dataset to the Hugging Face Hub (needs a token)")
+    kinds = push.add_subparsers(dest="push_kind", required=True, metavar="WHAT")
+    for kind, what in (
+        ("adapter", "an adapter folder of rir train"),
+        ("dataset", "one dataset folder of rir build-data"),
+    ):
+        p = kinds.add_parser(kind, help=f"push {what}")
+        p.add_argument("folder", help=what)
+        p.add_argument("repo_id", help="the Hub repository, e.g. you/rir-controller")
+        p.add_argument("--public", action="store_true", help="make the repository public (default: private)")
+        p.set_defaults(handler=cmd_push)
 
 
 def _add_analysis(sub: argparse._SubParsersAction) -> None:

@@ -98,3 +98,18 @@ def test_env_lists_visible_gpus(monkeypatch) -> None:
     rows = dict(env_report.devices().rows)
     assert rows["GPUs"] == "2: GPU-0, GPU-1"
     assert rows["local models run on"] == "cuda"
+
+
+def test_push_sends_the_folder_to_the_named_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rir push adapter|dataset` is train.hub's push with the repository private unless --public."""
+    import train.hub
+
+    calls = []
+    monkeypatch.setattr(train.hub, "push_adapter", lambda *a, **k: calls.append(("adapter", a, k)) or "url-a")
+    monkeypatch.setattr(train.hub, "push_dataset", lambda *a, **k: calls.append(("dataset", a, k)) or "url-d")
+    assert main(["push", "adapter", "runs/sft", "me/ctrl"]) == 0
+    assert main(["push", "dataset", "data/x/review_sft", "me/data", "--public"]) == 0
+    assert calls == [
+        ("adapter", ("runs/sft", "me/ctrl"), {"private": True}),
+        ("dataset", ("data/x/review_sft", "me/data"), {"private": False}),
+    ]
