@@ -40,3 +40,7 @@ class ModelLoadError(RIRError):
 
 class ParseError(RIRError):
     """A model reply that cannot be parsed into the expected decision."""
+
+
+class ServerError(RIRError):
+    """A model server answered with an HTTP error that retrying did not cure; says what to change."""

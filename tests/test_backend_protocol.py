@@ -97,7 +97,7 @@ def test_llm_policy_acts_through_batching(tiny: TransformersBackend, mode: Liter
 def test_every_backend_and_wrapper_is_a_backend(tiny: TransformersBackend) -> None:
     from rir_runtime.llm.tuned import TunedBackend
 
-    remote = OpenAIBackend("http://127.0.0.1:9", "m")
+    remote = OpenAIBackend("http://127.0.0.1:9", "m", guided="off")  # no server: choose must refuse, not ask
     tuned = TunedBackend(tiny.model, tiny.tokenizer, "tuned:x", {"kind": "controller"})
     for backend in (tiny, remote, tuned, BatchingBackend(tiny), BatchingBackend(remote)):
         assert isinstance(backend, Backend), type(backend).__name__

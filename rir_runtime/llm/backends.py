@@ -1,24 +1,21 @@
-"""The model backends: a local transformers model (batched) and OpenAI-compatible HTTP servers.
+"""The model backends: a local transformers model (batched) here, OpenAI-compatible servers in `remote.py`.
 
 Policies and prompted controllers see only the `Backend` protocol (`base.py`), so a run can switch
-between a CPU model in-process and a vLLM / SGLang / llama.cpp server by changing one spec string
-(`factory.make_backend`).
+between a CPU model in-process and a vLLM / SGLang / `transformers serve` server by changing one spec
+string (`factory.make_backend`).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rir_runtime.errors import ModelLoadError, RIRError, UserInputError
+from rir_runtime.errors import RIRError
 from rir_runtime.llm.base import Completion, Prompt, truncate_at_stop
+from rir_runtime.llm.remote import OpenAIBackend
+
+__all__ = ["OpenAIBackend", "TransformersBackend", "default_device", "load_transformers_backend", "set_num_threads"]
 
 
 def default_device() -> str:
@@ -296,87 +293,3 @@ def load_transformers_backend(
     device = device or default_device()
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, dtype=dtype, device=device)
     return TransformersBackend(model, tokenizer, f"transformers:{model_name_or_path}", device, max_batch_size)
-
-
-class OpenAIBackend:
-    """An OpenAI-compatible server (vLLM, SGLang, llama.cpp): chat messages go to /chat/completions,
-    raw strings to /completions; a batch is sent as concurrent requests."""
-
-    supports_scoring = False
-
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api_key_env: str = "OPENAI_API_KEY",
-        timeout: float = 120.0,
-        max_workers: int = 8,
-        retries: int = 2,
-    ) -> None:
-        base = base_url.rstrip("/")
-        self.base_url = base if base.endswith("/v1") else base + "/v1"
-        self.model, self.timeout, self.max_workers, self.retries = model, timeout, max_workers, retries
-        self.api_key = os.environ.get(api_key_env, "")
-        self.name = f"openai:{model}@{self.base_url}"
-
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        url = self.base_url + path
-        for attempt in range(self.retries + 1):
-            req = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    return json.loads(resp.read())
-            except urllib.error.HTTPError as exc:
-                detail = exc.read()[:200].decode(errors="replace")
-                if exc.code < 500 or attempt == self.retries:
-                    raise RIRError(f"{url} answered HTTP {exc.code}: {detail}") from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-                if attempt == self.retries:
-                    raise ModelLoadError(f"cannot reach the OpenAI-compatible server {url}: {exc}") from None
-            time.sleep(0.5 * 2**attempt)
-        raise AssertionError("unreachable")
-
-    def _one(self, prompt: Prompt, max_new_tokens: int, stop: list[str] | None, temperature: float) -> Completion:
-        body: dict[str, Any] = {"model": self.model, "max_tokens": max_new_tokens, "temperature": temperature}
-        if stop:
-            body["stop"] = stop
-        if isinstance(prompt, str):
-            data = self._post("/completions", {**body, "prompt": prompt})
-            text = data["choices"][0].get("text") or ""
-        else:
-            data = self._post("/chat/completions", {**body, "messages": prompt})
-            text = data["choices"][0]["message"].get("content") or ""
-        usage = data.get("usage") or {}
-        return Completion(
-            truncate_at_stop(text, stop), int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
-        )
-
-    def generate(
-        self,
-        prompts: Sequence[Prompt],
-        *,
-        max_new_tokens: int,
-        stop: list[str] | None = None,
-        temperature: float = 0.0,
-    ) -> list[Completion]:
-        if len(prompts) <= 1:
-            return [self._one(p, max_new_tokens, stop, temperature) for p in prompts]
-        with ThreadPoolExecutor(min(self.max_workers, len(prompts))) as pool:
-            return list(pool.map(lambda p: self._one(p, max_new_tokens, stop, temperature), prompts))
-
-    def choose(
-        self, prompt: Prompt, choices: list[str], penalties: Sequence[float] | None = None
-    ) -> tuple[int, Completion]:
-        raise UserInputError(
-            f"{self.name} cannot constrain decoding to a list of choices (this client sends plain completion "
-            "requests): use generate mode (--policy-mode generate) or a local transformers model"
-        )
-
-    def score(self, prompt: Prompt, continuations: list[str]) -> list[float]:
-        raise UserInputError(
-            f"{self.name} cannot score continuations (chat APIs return no prompt log-probabilities): "
-            "use generate mode (--policy-mode generate) or a local transformers model"
-        )

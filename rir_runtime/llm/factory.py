@@ -6,8 +6,9 @@ import os
 from typing import Any
 
 from rir_runtime.errors import ModelLoadError
-from rir_runtime.llm.backends import OpenAIBackend, load_transformers_backend
+from rir_runtime.llm.backends import load_transformers_backend
 from rir_runtime.llm.base import Backend
+from rir_runtime.llm.remote import OpenAIBackend
 from rir_runtime.llm.tuned import CARD, load_tuned_backend
 
 
@@ -16,7 +17,8 @@ def make_backend(spec: str, **kwargs: Any) -> Backend:
 
     - `openai:<model>@<base_url>`, e.g. `openai:Qwen/Qwen2.5-7B-Instruct@http://localhost:8000/v1`
       (`/v1` is appended when missing; the API key, if any, is read from $OPENAI_API_KEY);
-      `openai:<model>` alone uses $OPENAI_BASE_URL, else https://api.openai.com/v1.
+      `openai:<model>` alone uses $OPENAI_BASE_URL, else https://api.openai.com/v1 (kwargs: timeout,
+      max_retries, max_workers, extra_body, guided; see `remote.OpenAIBackend`).
     - `tuned:<adapter-folder>`: a controller adapter from `rir train sft|dpo` over its base model.
     - `transformers:<name>` or just `<name>`: a registered model, a local folder (an agent adapter
       from `rir train agent-sft` included) or a hub id, run in-process (kwargs: dtype, device,
