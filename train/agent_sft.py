@@ -39,6 +39,7 @@ def split_agent_args(argv: list[str]) -> tuple[str, bool, list[str]]:
 
 def main(argv: list[str]) -> int:
     from train.args import parse_train_args
+    from train.distributed import main_process_first
     from train.sft import main as sft_main
     from train.sft import make_parser
 
@@ -49,9 +50,11 @@ def main(argv: list[str]) -> int:
     if not Path(data_config).is_file():
         raise UserInputError(f"agent data config {data_config} does not exist: pass --agent-data <yaml>")
     cfg = build_config(AgentDataConfig, {**load_yaml(data_config), "out": script_args.data}, source=data_config)
-    if rebuild or not (Path(script_args.data) / "agent_sft" / "dataset_dict.json").is_file():
-        counts = build_agent_data(cfg)
-        print(f"agent data: {counts} rows in {script_args.data}/agent_sft", file=sys.stderr)
+    with main_process_first(training_args, "building the agent dataset"):  # once, not in every process
+        missing = not (Path(script_args.data) / "agent_sft" / "dataset_dict.json").is_file()
+        if missing or (rebuild and training_args.process_index == 0):
+            counts = build_agent_data(cfg)
+            print(f"agent data: {counts} rows in {script_args.data}/agent_sft", file=sys.stderr)
     sft_main(script_args, training_args, model_args)
     return 0
 

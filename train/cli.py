@@ -2,27 +2,33 @@
 
     rir train sft --config configs/train/sft_cpu_quick.yaml --data /tmp/traindata --max-steps 20
     rir train dpo --config configs/train/dpo_cpu_quick.yaml --sft-adapter runs/sft-cpu-quick
+    rir train grpo --config configs/train/grpo_cpu_quick.yaml --sft-adapter runs/sft-cpu-quick
     rir train sft --launcher accelerate --accelerate-config configs/accelerate/multi_gpu.yaml \
         --config configs/train/sft_qwen2.5-0.5b.yaml
+    rir train sft --launcher accelerate --num_processes 2 --cpu --config configs/train/sft_cpu_quick.yaml
     rir train sft --help        # every key: ours, TRL's SFTConfig and ModelConfig
 
 Everything after the stage goes to the stage's `TrlParser` (the same keys as the YAML; flags
 override it). `--launcher accelerate` relaunches `python -m train.<stage>` through `accelerate
-launch --config_file <accelerate-config>` (one process per GPU).
+launch --config_file <accelerate-config>`; accelerate's own flags (`--num_processes`,
+`--mixed_precision`, `--main_process_port`, ...: `accelerate launch --help`) go to it. Without
+--num_processes a config takes one process per GPU; more than one picks multi_gpu.yaml by default.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 from rir_runtime.errors import UserInputError
 
 STAGES = {
     "sft": "supervised fine-tuning of a controller LoRA adapter on the *_sft datasets",
     "dpo": "preference tuning (DPO) of a controller adapter on the *_pref datasets, from an SFT adapter",
+    "grpo": "reinforcement learning (GRPO) of a controller adapter on review and locate prompts, rewarded by "
+    "each row's hindsight value table; from an SFT adapter or the base model",
     "agent-sft": ("behaviour-clone the base agent on expert trajectories (train splits); loads as --policy llm:<dir>"),
     "agent": "the cloned agent in one command: rounds of agent data and agent-sft from a recipe YAML "
     "(configs/pipeline/agent_cpu.yaml), cached and resumable",
@@ -47,9 +53,9 @@ def add_train_commands(subparsers: argparse._SubParsersAction) -> None:
         p.set_defaults(handler=cmd_train, train_stage=stage)
 
 
-def split_launcher(argv: list[str]) -> tuple[str, str, list[str]]:
-    """(launcher, accelerate config, the rest) from `--launcher X --accelerate-config Y ...`."""
-    launcher, acc_config, rest = "python", DEFAULT_ACCELERATE_CONFIG, []
+def split_launcher(argv: list[str]) -> tuple[str, str | None, list[str]]:
+    """(launcher, accelerate config or None, the rest) from `--launcher X --accelerate-config Y ...`."""
+    launcher, acc_config, rest = "python", None, []
     it = iter(argv)
     for arg in it:
         key, eq, value = arg.partition("=")
@@ -74,22 +80,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         return recipe_main(list(args.argv))
     launcher, acc_config, argv = split_launcher(list(args.argv))
     if launcher == "accelerate":
-        if not Path(acc_config).is_file():
-            raise UserInputError(
-                f"accelerate config {acc_config} does not exist: pass --accelerate-config "
-                "configs/accelerate/<single_gpu|multi_gpu|fsdp|deepspeed_zero2>.yaml"
-            )
-        cmd = [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            acc_config,
-            "-m",
-            f"train.{stage.replace('-', '_')}",
-            *argv,
-        ]  # agent-sft lives in train/agent_sft.py
-        print("launching:", " ".join(cmd), file=sys.stderr)
+        from train.launch import accelerate_command
+
+        cmd = accelerate_command(f"train.{stage.replace('-', '_')}", argv, acc_config)  # agent-sft: agent_sft.py
+        print("launching:", shlex.join(cmd), file=sys.stderr)
         return subprocess.call(cmd)
     from train.args import parse_train_args
 
@@ -102,6 +96,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         from train import sft
 
         sft.main(*parse_train_args(sft.make_parser(prog=prog), argv))
+    elif stage == "grpo":
+        from train import grpo
+
+        grpo.main(*parse_train_args(grpo.make_parser(prog=prog), argv))
     else:
         from train import dpo
 

@@ -46,6 +46,7 @@ def main(script_args: DPOScriptArguments, training_args, model_args):
     """Train and save the adapter into output_dir; returns the trainer (state, logs, model)."""
     from train.card import write_card, write_resolved_config
     from train.crashes import last_checkpoint, oom_advice
+    from train.distributed import end_training
 
     trainer, card = build_trainer(script_args, training_args, model_args)
     with oom_advice(training_args):
@@ -57,8 +58,14 @@ def main(script_args: DPOScriptArguments, training_args, model_args):
         shutil.rmtree(Path(training_args.output_dir) / "ref", ignore_errors=True)
         write_card(training_args.output_dir, **card)
         write_resolved_config(training_args.output_dir, script_args, training_args, model_args)
+        if script_args.calibrate_review and "review" in card["decision_types"]:
+            from train.calibrate import calibrate_review
+
+            calibrate_review(
+                training_args.output_dir, script_args.data, script_args.eval_split, script_args.calibration_rows
+            )
     trainer.accelerator.print(f"adapter saved to {training_args.output_dir}")
-    trainer.end()  # finish trackers, destroy the process group
+    end_training(trainer)  # finish trackers, destroy the process group
     return trainer
 
 
@@ -69,20 +76,23 @@ def build_trainer(script_args: DPOScriptArguments, training_args, model_args):
 
     from rir_runtime.llm.tuned import read_card
     from train.data import drop_overlong, load_datasets
+    from train.distributed import check_launch, main_process_first
     from train.models import check_lora_targets, load_base_model, load_tokenizer, resolve_base
 
+    check_launch(training_args)
     sft_adapter = script_args.sft_adapter
     sft_card = read_card(sft_adapter) if sft_adapter else None
     if sft_card and not script_args.model and not model_args.model_name_or_path:
         script_args.model = sft_card["base_model"]
-    base_name, base_path = resolve_base(script_args, model_args)
-    if sft_adapter and sft_card:
-        check_same_base(sft_card, sft_adapter, base_name, base_path)
-    tokenizer = load_tokenizer(sft_adapter or base_path)
-    need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
-    train_ds, eval_ds, fingerprints, types = load_datasets(script_args, "pref", need_eval, training_args.seed)
-    train_ds = drop_overlong(train_ds, tokenizer, training_args.max_length, "train")
-    eval_ds = drop_overlong(eval_ds, tokenizer, training_args.max_length, "eval")
+    with main_process_first(training_args, "preparing the model and datasets"):
+        base_name, base_path = resolve_base(script_args, model_args)
+        if sft_adapter and sft_card:
+            check_same_base(sft_card, sft_adapter, base_name, base_path)
+        tokenizer = load_tokenizer(sft_adapter or base_path)
+        need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
+        train_ds, eval_ds, fingerprints, types = load_datasets(script_args, "pref", need_eval, training_args.seed)
+        train_ds = drop_overlong(train_ds, tokenizer, training_args.max_length, "train")
+        eval_ds = drop_overlong(eval_ds, tokenizer, training_args.max_length, "eval")
 
     model = load_base_model(base_path, model_args, training_args)
     if sft_adapter and sft_card:

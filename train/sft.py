@@ -32,6 +32,7 @@ def main(script_args: TrainScriptArguments, training_args, model_args):
     """Train and save the adapter into output_dir; returns the trainer (state, logs, model)."""
     from train.card import write_card, write_resolved_config
     from train.crashes import last_checkpoint, oom_advice
+    from train.distributed import end_training
 
     trainer, card = build_trainer(script_args, training_args, model_args)
     with oom_advice(training_args):
@@ -41,8 +42,14 @@ def main(script_args: TrainScriptArguments, training_args, model_args):
     if trainer.accelerator.is_main_process:
         write_card(training_args.output_dir, **card)
         write_resolved_config(training_args.output_dir, script_args, training_args, model_args)
+        if script_args.calibrate_review and "review" in card["decision_types"]:
+            from train.calibrate import calibrate_review
+
+            calibrate_review(
+                training_args.output_dir, script_args.data, script_args.eval_split, script_args.calibration_rows
+            )
     trainer.accelerator.print(f"adapter saved to {training_args.output_dir}")
-    trainer.end()  # finish trackers, destroy the process group
+    end_training(trainer)  # finish trackers, destroy the process group
     return trainer
 
 
@@ -51,14 +58,17 @@ def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
     from trl import SFTTrainer, get_peft_config
 
     from train.data import drop_overlong, load_datasets
+    from train.distributed import check_launch, main_process_first
     from train.models import check_lora_targets, load_base_model, load_tokenizer, resolve_base
 
-    base_name, base_path = resolve_base(script_args, model_args)
-    tokenizer = load_tokenizer(base_path)
-    need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
-    train_ds, eval_ds, fingerprints, types = load_datasets(script_args, "sft", need_eval, training_args.seed)
-    train_ds = drop_overlong(train_ds, tokenizer, training_args.max_length, "train")
-    eval_ds = drop_overlong(eval_ds, tokenizer, training_args.max_length, "eval")
+    check_launch(training_args)
+    with main_process_first(training_args, "preparing the model and datasets"):
+        base_name, base_path = resolve_base(script_args, model_args)
+        tokenizer = load_tokenizer(base_path)
+        need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
+        train_ds, eval_ds, fingerprints, types = load_datasets(script_args, "sft", need_eval, training_args.seed)
+        train_ds = drop_overlong(train_ds, tokenizer, training_args.max_length, "train")
+        eval_ds = drop_overlong(eval_ds, tokenizer, training_args.max_length, "eval")
 
     model_args.use_peft = True  # we always train a LoRA adapter; LoRA settings come from ModelConfig
     peft_config = get_peft_config(model_args)
