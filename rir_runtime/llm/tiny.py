@@ -28,7 +28,7 @@ def build_tokenizer():  # -> PreTrainedTokenizerFast
     from transformers import PreTrainedTokenizerFast
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
-    for symbol in pre_tokenizers.ByteLevel.alphabet():
+    for symbol in sorted(pre_tokenizers.ByteLevel.alphabet()):  # a set: unsorted, ids differ per process
         vocab.setdefault(symbol, len(vocab))
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)

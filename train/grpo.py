@@ -1,0 +1,191 @@
+"""Reinforcement learning (GRPO) of a controller LoRA adapter on verified restore rewards.
+
+# CPU, after `train.sft` (continues the SFT adapter)
+```bash
+python -m train.grpo --config configs/train/grpo_cpu_quick.yaml --data /tmp/traindata \
+    --sft_adapter runs/sft-cpu-quick --output-dir runs/grpo-cpu-quick
+rir train grpo --config configs/train/grpo_cpu_quick.yaml --max-steps 10
+rir train grpo --config configs/train/grpo_cpu_quick.yaml --sft_adapter null --model smollm2-135m-instruct
+```
+
+# GPU
+```bash
+accelerate launch --config_file configs/accelerate/single_gpu.yaml -m train.grpo \
+    --config configs/train/grpo_qwen2.5-0.5b.yaml --data data/controller
+```
+
+TRL's `GRPOTrainer` samples `num_generations` answers per review and locate prompt and scores each
+against the row's hindsight value table (`train/rewards.py`, `train/grpo_data.py`): no environment
+runs at train time. With `sft_adapter` that adapter is trained further on its own base model;
+without it, a fresh LoRA adapter from the config's LoRA keys. With `beta > 0` TRL keeps a
+frozen copy of the starting adapter as the KL reference; it is not saved with the result. The
+adapter loads as `tuned:<output_dir>`. `scale_rewards: batch` keeps the review class weights in the
+advantages (per-group scaling would cancel them: a group's answers share one label). The reward
+curve is `reward` (and `rewards/<function>/mean`) in `trainer_state.json` of output_dir
+(`python -m train.reward_eval --curve <output_dir>`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rir_runtime.errors import UserInputError
+from train.args import TrainScriptArguments
+from train.grpo_data import GRPO_TYPES
+from train.rewards import DEFAULT_LATENESS, locate_reward, review_reward
+
+
+@dataclass
+class GRPOScriptArguments(TrainScriptArguments):
+    decision_types: list[str] = field(
+        default_factory=lambda: list(GRPO_TYPES),
+        metadata={"help": "decision types to train on (space separated; a YAML list)", "choices": list(GRPO_TYPES)},
+    )
+    sft_adapter: str | None = field(
+        default=None,
+        metadata={
+            "help": "adapter folder of `rir train sft` to start from (its base model is used unless --model is "
+            "given); null or '' starts a fresh adapter on --model"
+        },
+    )
+    balance_review: bool = field(
+        default=True,
+        metadata={
+            "help": "weight each review reward by the inverse frequency of its label in the train split, so "
+            "a constant answer cannot win the commoner label (GRPO balances by weights, not by oversampling)"
+        },
+    )
+    lateness_penalty: float = field(
+        default=DEFAULT_LATENESS,
+        metadata={
+            "help": "locate reward: the share of the smallest value gap the earliest of equal-valued answers "
+            "loses against the latest (0: no preference; below 1, a higher value always wins)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        other = [t for t in self.decision_types if t not in GRPO_TYPES]
+        if other:
+            raise UserInputError(
+                f"decision_types {other} have no value table to reward: GRPO trains {' and '.join(GRPO_TYPES)}; "
+                "train reflections with `rir train sft|dpo`"
+            )
+        if self.sft_adapter in ("", "none", "null"):
+            self.sft_adapter = None
+        if not 0.0 <= self.lateness_penalty < 1.0:
+            raise UserInputError(f"lateness_penalty {self.lateness_penalty} must be within [0, 1)")
+
+
+def main(script_args: GRPOScriptArguments, training_args, model_args):
+    """Train and save the adapter into output_dir; returns the trainer (state, logs, model)."""
+    from train.card import write_card, write_resolved_config
+    from train.crashes import last_checkpoint, oom_advice
+    from train.distributed import end_training
+
+    trainer, card = build_trainer(script_args, training_args, model_args)
+    with oom_advice(training_args):
+        trainer.train(resume_from_checkpoint=last_checkpoint(training_args))
+
+    trainer.save_model(training_args.output_dir)
+    if trainer.accelerator.is_main_process:
+        shutil.rmtree(Path(training_args.output_dir) / "ref", ignore_errors=True)  # the frozen KL reference
+        trainer.save_state()  # trainer_state.json: the reward curve
+        write_card(training_args.output_dir, **card)
+        write_resolved_config(training_args.output_dir, script_args, training_args, model_args)
+        if script_args.calibrate_review and "review" in card["decision_types"]:
+            from train.calibrate import calibrate_review
+
+            calibrate_review(
+                training_args.output_dir, script_args.data, script_args.eval_split, script_args.calibration_rows
+            )
+    trainer.accelerator.print(f"adapter saved to {training_args.output_dir}")
+    end_training(trainer)  # finish trackers, destroy the process group
+    return trainer
+
+
+def reward_functions(script_args: GRPOScriptArguments) -> list[Any]:
+    """Module-level functions (a partial unwraps to its function's name in TRL's logs), so they pickle."""
+    return [review_reward, functools.partial(locate_reward, lateness=script_args.lateness_penalty)]
+
+
+def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
+    """(GRPOTrainer on the SFT adapter, or on a fresh LoRA adapter; the adapter card's fields)."""
+    from peft import PeftModel
+    from trl import GRPOTrainer, get_peft_config
+
+    from rir_runtime.llm.tuned import read_card
+    from train.distributed import check_launch, main_process_first
+    from train.dpo import check_same_base
+    from train.grpo_data import load_grpo_datasets, value_summary
+    from train.models import check_lora_targets, load_base_model, load_tokenizer, resolve_base
+
+    check_launch(training_args)
+    sft_adapter = script_args.sft_adapter
+    sft_card = read_card(sft_adapter) if sft_adapter else None
+    if sft_card and not script_args.model and not model_args.model_name_or_path:
+        script_args.model = sft_card["base_model"]
+    with main_process_first(training_args, "preparing the model and datasets"):
+        base_name, base_path = resolve_base(script_args, model_args)
+        if sft_adapter and sft_card:
+            check_same_base(sft_card, sft_adapter, base_name, base_path)
+        tokenizer = load_tokenizer(sft_adapter or base_path)
+        need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
+        train_ds, eval_ds, fingerprints, types = load_grpo_datasets(script_args, need_eval, training_args.seed)
+
+    model = load_base_model(base_path, model_args, training_args)
+    if sft_adapter:
+        model = PeftModel.from_pretrained(model, sft_adapter, is_trainable=True)
+        peft_config = None  # with beta > 0, TRL copies the loaded adapter into a frozen "ref" adapter
+    else:
+        model_args.use_peft = True
+        peft_config = get_peft_config(model_args)
+        check_lora_targets(model, peft_config, base_name)
+
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_functions(script_args),
+        args=training_args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    card = dict(
+        base_model=base_name,
+        base_model_path=base_path,
+        decision_types=types,
+        fingerprints=fingerprints,
+        stage="grpo",
+        extra={
+            "sft_adapter": sft_adapter,
+            "values": value_summary(train_ds),
+            "rewards": {"locate_lateness_penalty": script_args.lateness_penalty},
+        },
+    )
+    return trainer, card
+
+
+def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str | None = None):
+    from trl import GRPOConfig, ModelConfig, TrlParser
+
+    # `Any`: TRL types these as `DataClassType`, a NewType over Any that no class matches
+    dataclass_types: tuple[Any, ...] = (GRPOScriptArguments, GRPOConfig, ModelConfig)
+    if subparsers is not None:
+        return subparsers.add_parser(
+            "grpo", help="train a controller adapter with GRPO", dataclass_types=dataclass_types
+        )
+    return TrlParser(dataclass_types, prog=prog)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from train.args import run_script
+
+    sys.exit(run_script(main, make_parser(prog="python -m train.grpo")))

@@ -1,0 +1,161 @@
+"""The GRPO view of the `review_sft` and `locate_sft` datasets of `rir build-data`: each row's prompt
+and the columns the rewards (`train/rewards.py`) read, taken from its `meta`.
+
+| column | meaning |
+| --- | --- |
+| `prompt` | the decision prompt (chat messages), as rendered for the controllers |
+| `decision` | review, locate_coarse or locate_fine |
+| `label` | the hindsight answer (review verdict, segment, checkpoint) |
+| `weight` | review: the class weight of `label` in the training split; locate: 1 |
+| `values` | JSON {checkpoint: V} for every admissible checkpoint, measured or implied |
+| `values_implied` | whether some of them were implied rather than measured |
+| `v_now`, `best_value` | V at the decision, and the best V a restore reaches |
+| `choices` | JSON {answer: [checkpoints it restores to]} of the answers the prompt offers |
+
+With bisection (`rir build-data` with bisect, the default) only the probed checkpoints are measured.
+V can only fall along a branch when errors are irreversible, so an unprobed checkpoint lies
+between the nearest probed ones before and after it; it takes the later one's value, which is
+exact where the two agree (always, after a bisection over 0/1 values) and a lower bound otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rir_runtime.errors import UserInputError
+from train.args import TrainScriptArguments
+from train.rewards import class_weights
+
+GRPO_TYPES = ("review", "locate")
+META_KEYS = ("decision", "label", "values", "v_now", "context")
+IMPLIED_BY = "bisection: V only falls along a branch, so an unprobed checkpoint takes the next probed value"
+
+
+@dataclass(frozen=True)
+class ValueTable:
+    values: dict[int, float]  # every checkpoint asked for
+    implied: tuple[int, ...]  # those not measured
+
+
+def complete_values(measured: Mapping[int, float], checkpoints: Sequence[int]) -> ValueTable:
+    """V for every checkpoint: as measured, else the value of the nearest measured one after it
+    (none after: 0, the least V can be)."""
+    probed = sorted(measured)
+    values: dict[int, float] = {}
+    implied = []
+    for i in sorted(set(checkpoints) | set(measured)):
+        if i in measured:
+            values[i] = float(measured[i])
+            continue
+        later = next((j for j in probed if j > i), None)
+        values[i] = float(measured[later]) if later is not None else 0.0
+        implied.append(i)
+    return ValueTable(values, tuple(implied))
+
+
+def offered_choices(kind: str, ctx: dict[str, Any]) -> dict[int, list[int]]:
+    """{answer: checkpoints it restores to} for the answers a locate prompt offers (its closed set)."""
+    admissible = [int(i) for i in ctx["admissible"]]
+    if kind == "locate_coarse":
+        return {s: [i for i in admissible if a <= i < b] for s, (a, b) in enumerate(ctx["segments"])}
+    if kind == "locate_fine":
+        a, b = ctx["segment"] or (0, max(admissible, default=0) + 1)
+        return {i: [i] for i in admissible if a <= i < b}
+    return {}
+
+
+def view_row(row: dict[str, Any], weights: Mapping[str, float]) -> dict[str, Any]:
+    """One GRPO row from one `*_sft` row."""
+    meta = row["meta"]
+    kind, label = meta["decision"], str(meta["label"])
+    ctx = json.loads(meta["context"])
+    measured = {int(k): float(v) for k, v in json.loads(meta["values"]).items()}
+    tab = complete_values(measured, [int(i) for i in ctx["admissible"]])
+    admissible_values = [tab.values[int(i)] for i in ctx["admissible"]]
+    return {
+        "decision": kind,
+        "label": label,
+        "weight": weights.get(label, 1.0) if kind == "review" else 1.0,
+        "values": json.dumps({str(k): v for k, v in tab.values.items()}),
+        "values_implied": bool(tab.implied),
+        "v_now": float(meta["v_now"]),
+        "best_value": max(admissible_values, default=float(meta["v_now"])),
+        "choices": json.dumps({str(k): v for k, v in offered_choices(kind, ctx).items()}),
+    }
+
+
+def _check_meta(folder: Any, ds: Any) -> None:
+    meta = ds[0]["meta"] if len(ds) else {}
+    missing = [k for k in META_KEYS if (meta or {}).get(k) is None]  # Arrow keeps absent struct keys as None
+    if missing:
+        raise UserInputError(
+            f"dataset {folder} rows lack meta {missing}: GRPO reads each row's value table from meta; "
+            "rebuild the data with this version's `rir build-data`"
+        )
+
+
+def load_grpo_datasets(
+    script_args: TrainScriptArguments, need_eval: bool, seed: int = 42
+) -> tuple[Any, Any | None, dict[str, str], list[str]]:
+    """(train, eval or None, {"<name>/<split>": fingerprint}, decision types): the GRPO view of the
+    chosen `*_sft` folders, mixed, shuffled and capped like `train.data.load_datasets`. Class
+    weights come from the whole training split, before the cap."""
+    from datasets import concatenate_datasets
+
+    from train.data import _check_rows, _load_dict, dataset_folders, decision_types_of
+
+    folders = dataset_folders(script_args.data, "sft", script_args.decision_types)
+    splits = [script_args.train_split] + ([script_args.eval_split] if need_eval else [])
+    raw: dict[str, list[Any]] = {s: [] for s in splits}
+    fingerprints: dict[str, str] = {}
+    for name, folder in folders.items():
+        dd = _load_dict(folder)
+        for split in splits:
+            if split not in dd:
+                raise UserInputError(
+                    f"dataset {folder} has no '{split}' split (it has: {', '.join(dd) or 'none'}); "
+                    'rebuild it with `rir build-data`, or set eval_strategy: "no"'
+                )
+            _check_rows(name, folder, dd[split], "sft")
+            _check_meta(folder, dd[split])
+            fingerprints[f"{name}/{split}"] = dd[split]._fingerprint
+            raw[split].append(dd[split])
+    train_labels = [m["label"] for ds in raw[script_args.train_split] for m in ds["meta"] if m["decision"] == "review"]
+    weights = class_weights(train_labels) if train_labels and script_args.balance_review else {}
+    out: list[Any] = []
+    for split, cap in (
+        (script_args.train_split, script_args.max_train_samples),
+        (script_args.eval_split, script_args.max_eval_samples),
+    ):
+        if split not in raw:
+            out.append(None)
+            continue
+        parts = [
+            ds.map(view_row, fn_kwargs={"weights": weights}, remove_columns=["completion", "meta"], keep_in_memory=True)
+            for ds in raw[split]
+        ]
+        ds = concatenate_datasets(parts).shuffle(seed=seed, keep_in_memory=True)
+        if cap is not None:
+            ds = ds.select(range(min(cap, len(ds))), keep_in_memory=True)
+        if len(ds) == 0:
+            raise UserInputError(
+                f"the '{split}' split of {', '.join(map(str, folders.values()))} is empty: "
+                "generate more rollouts or use other decision_types"
+            )
+        out.append(ds.flatten_indices(keep_in_memory=True))
+    return out[0], out[1], fingerprints, decision_types_of(list(folders))
+
+
+def value_summary(ds: Any, weights_from: str = "train split") -> dict[str, Any]:
+    """What the adapter card says about the values the rewards read."""
+    implied = sum(ds["values_implied"])
+    return {
+        "source": "V(C_i) measured by re-executing each branch with the expert plan (`rir build-data`)",
+        "rows": len(ds),
+        "rows_with_implied_values": implied,
+        "implied_by": IMPLIED_BY if implied else None,
+        "review_class_weights": f"inverse label frequency in the {weights_from}",
+    }

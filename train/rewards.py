@@ -1,0 +1,148 @@
+"""GRPO rewards for review and locate answers, read off each row's hindsight value table.
+
+Every checkpoint's value V (the chance to still succeed from it) was measured by re-executing the
+branch when the data was built, so an answer is scored exactly and without calling an environment:
+
+- locate: the value of the checkpoint the answer restores to (a coarse answer: the best checkpoint
+  of its segment, which the fine decision can then reach), minus a lateness penalty that orders
+  answers of equal value by the progress they throw away. The penalty is a fraction of the
+  smallest gap between two values of the table, so a higher value always wins. An answer the
+  prompt does not offer, or a reply that does not parse, gets 0.
+- review: agreement with the hindsight verdict, times the verdict's class weight (the inverse of
+  its frequency in the training split). Answering one way always then earns 1/k of the best
+  mean reward (k classes): with weights from the same rows, the mean reward is the balanced
+  accuracy, so the majority class cannot be won by a constant answer.
+
+`review_reward` and `locate_reward` have the signature of TRL's reward functions (the dataset's
+columns come as keyword lists); each answers None for the other's rows, which TRL leaves out of
+that function's mean.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rir_runtime.decisions import DecisionKind, parse
+from rir_runtime.errors import ParseError
+
+LOCATE_KINDS: tuple[DecisionKind, ...] = ("locate_coarse", "locate_fine")
+DEFAULT_LATENESS = 0.5  # the earliest of equal answers keeps half of a value gap
+
+
+# --- review -------------------------------------------------------------------------------------
+def class_weights(labels: Sequence[str]) -> dict[str, float]:
+    """n / (k * n_c) per class c (n rows, k classes): each class then carries the same total weight."""
+    counts = Counter(labels)
+    return {c: len(labels) / (len(counts) * n) for c, n in counts.items()}
+
+
+def review_verdict(text: str) -> str | None:
+    """The review decision of a reply, or None when it states none. A reply cut inside its reason
+    (max_completion_length) still counts: the decision is its first key, which is also all the
+    ranking controller scores at inference."""
+    try:
+        return parse("review", text).decision
+    except ParseError:
+        pass
+    head = text.split(",", 1)[0]
+    try:
+        return parse("review", head + "}").decision
+    except ParseError:
+        return None
+
+
+def review_score(text: str, label: str, weight: float = 1.0) -> float:
+    """`weight` when the reply's decision is the hindsight verdict `label`, else 0 (unparseable too)."""
+    return weight if review_verdict(text) == label else 0.0
+
+
+# --- locate -------------------------------------------------------------------------------------
+def smallest_gap(values: Sequence[float]) -> float:
+    """The smallest positive difference between two distinct values, 0 included (1.0 if none)."""
+    distinct = sorted(set(values) | {0.0})
+    gaps = [b - a for a, b in zip(distinct[:-1], distinct[1:], strict=True)]
+    return min(gaps) if gaps else 1.0
+
+
+def restore_value(checkpoint: int, values: Mapping[int, float], offered: Sequence[int], lateness: float) -> float:
+    """V(checkpoint) less `lateness` x (smallest value gap) x (the share of the offered range that lies
+    between it and the latest offered checkpoint of the same value); 0 where V is 0."""
+    v = values[checkpoint]
+    if v <= 0:
+        return 0.0
+    latest = max(i for i in offered if values[i] == v)
+    span = max(1, latest - min(offered))
+    return v - lateness * smallest_gap([values[i] for i in offered]) * (latest - checkpoint) / span
+
+
+def best_in(checkpoints: Sequence[int], values: Mapping[int, float]) -> int:
+    """The latest checkpoint of maximal value among `checkpoints`."""
+    top = max(values[i] for i in checkpoints)
+    return max(i for i in checkpoints if values[i] == top)
+
+
+def locate_score(
+    kind: DecisionKind,
+    text: str,
+    values: Mapping[int, float],
+    choices: Mapping[int, Sequence[int]],
+    lateness: float = DEFAULT_LATENESS,
+) -> float:
+    """The reward of a locate reply. `choices` maps each answer the prompt offers (a segment index,
+    or a checkpoint) to the checkpoints it restores to; `values` covers all of them."""
+    try:
+        answer = parse(kind, text)
+    except ParseError:
+        return 0.0
+    reached = choices.get(answer) or ()
+    if not reached:
+        return 0.0
+    offered = sorted({i for cps in choices.values() for i in cps})
+    return restore_value(best_in(reached, values), values, offered, lateness)
+
+
+# --- TRL reward functions ------------------------------------------------------------------------
+def completion_text(completion: Any) -> str:
+    """The text of a TRL completion: a string, or a conversational list of messages."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(str(m.get("content", "")) for m in completion)
+
+
+def table(values_json: str) -> dict[int, float]:
+    return {int(k): float(v) for k, v in json.loads(values_json).items()}
+
+
+def answers(choices_json: str) -> dict[int, list[int]]:
+    return {int(k): [int(i) for i in v] for k, v in json.loads(choices_json).items()}
+
+
+def review_reward(
+    completions: list[Any], decision: list[str], label: list[str], weight: list[float], **_: Any
+) -> list[float | None]:
+    """Weighted agreement with the hindsight verdict, for review rows (None elsewhere)."""
+    return [
+        review_score(completion_text(c), lab, w) if kind == "review" else None
+        for c, kind, lab, w in zip(completions, decision, label, weight, strict=True)
+    ]
+
+
+def locate_reward(
+    completions: list[Any],
+    decision: list[str],
+    values: list[str],
+    choices: list[str],
+    lateness: float = DEFAULT_LATENESS,
+    **_: Any,
+) -> list[float | None]:
+    """The restored checkpoint's value with the lateness order, for locate rows (None elsewhere)."""
+    out: list[float | None] = []
+    for c, kind, vals, chs in zip(completions, decision, values, choices, strict=True):
+        if kind in LOCATE_KINDS:
+            out.append(locate_score(kind, completion_text(c), table(vals), answers(chs), lateness))
+        else:
+            out.append(None)
+    return out
