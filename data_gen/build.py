@@ -24,6 +24,7 @@ import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from rir_runtime.controllers import failure_signal
 from rir_runtime.decisions import DecisionKind, Reflection, Review, ReviewDecision, dump, parse
 from rir_runtime.envs import make_env
 from rir_runtime.errors import RIRError, UserInputError
+from rir_runtime.executors import EXECUTORS, check_executor, make_executor
 from rir_runtime.guidance import Guidance
 from rir_runtime.prompts import DecisionContext, Messages, approx_tokens, fit_decision
 from rir_runtime.recovery import PRESETS
@@ -75,6 +77,15 @@ class BuildConfig:
     )
     value_rollouts: int = field(default=2, metadata={"help": "agent values: continuations per checkpoint (K)"})
     value_max_steps: int = field(default=30, metadata={"help": "agent values: environment steps per continuation"})
+    workers: int = field(default=1, metadata={"help": "episodes labelled in parallel (processes, or Ray actors)"})
+    executor: str = field(
+        default="local",
+        metadata={
+            "help": "where labelling runs: local processes, or ray (as in rir rollout)",
+            "choices": list(EXECUTORS),
+        },
+    )
+    ray_address: str = field(default="", metadata={"help": "address of a running Ray cluster; empty: start one"})
 
     def __post_init__(self) -> None:
         if not self.rollouts:
@@ -85,6 +96,9 @@ class BuildConfig:
             raise ValueError(f"label_value must be expert or agent, not {self.label_value!r}")
         if self.value_rollouts < 1 or self.value_max_steps < 1:
             raise ValueError("value_rollouts and value_max_steps must be >= 1")
+        if self.workers < 1:
+            raise ValueError("workers must be >= 1")
+        check_executor(self.executor, self.ray_address)
 
 
 # --- loading runs ---------------------------------------------------------------------------------------
@@ -143,43 +157,104 @@ def read_label_cache(path: Path) -> dict[str, dict[str, Any]]:
 def label_episodes(
     episodes: list[tuple[EpisodeRecord, str]], cfg: BuildConfig, cache: Path
 ) -> list[tuple[DecisionPoint, dict]]:
-    """Label the latest `points_per_episode` reviews of each episode; resumes from `cache`."""
+    """Label the latest `points_per_episode` reviews of each episode; resumes from `cache`.
+
+    Episodes are labelled on `cfg.workers` local processes or Ray actors (`cfg.executor`); each
+    episode's new labels are appended to `cache` as it finishes, in any order, while the result
+    follows the episodes' order, so the datasets built from it do not depend on which finished first.
+    """
     from tqdm import tqdm
 
     check_label_settings(cache, cfg)
     done = read_label_cache(cache)
-    envs: dict[str, Any] = {}
-    values: dict[str, AgentValue] = {}
-    out: list[tuple[DecisionPoint, dict]] = []
-    with cache.open("a") as fh:
-        for record, source in tqdm(episodes, desc="labelling", unit="ep", file=sys.stderr):
-            reflected = 0
-            for point in decision_points(record, source)[-cfg.points_per_episode :]:
-                if point.id not in done:
-                    env = envs.get(record.env) or envs.setdefault(record.env, make_env(record.env))
-                    agent = (
-                        agent_value(values, record, source, cfg, cache.parent) if cfg.label_value == "agent" else None
-                    )
-                    try:
-                        label = label_point(env, point, bisect=cfg.bisect, agent=agent)
-                    except RIRError as err:
-                        warnings.warn(f"skipping {point.id}: {err}", stacklevel=2)
-                        continue
-                    if label.restore is not None and label.review == "recover" and reflected < cfg.reflect_points:
-                        reflected += 1
-                        label.reflections = [
-                            (c, retry_success(env, label, c, cfg.reflect_retries, record.error_rate))
-                            for c in reflection_candidates(label)
-                        ]
-                    done[point.id] = label_to_json(point.id, label)
-                    fh.write(json.dumps(done[point.id]) + "\n")
-                    fh.flush()
-                out.append((point, done[point.id]))
-    for env in envs.values():
-        env.close()
-    for value in values.values():
-        value.close()
-    return out
+    points = [decision_points(record, source)[-cfg.points_per_episode :] for record, source in episodes]
+    todo = episodes_to_label(episodes, points, done, cfg.label_value == "agent")
+    runner = make_executor(cfg.executor, cfg.workers, 1, cfg.ray_address)
+    with cache.open("a") as fh, tqdm(total=len(todo), desc="labelling", unit="ep", file=sys.stderr) as bar:
+        for result in runner.map_unordered(partial(Labeller, cfg, cache.parent.resolve()), todo):
+            for message in result.skipped:
+                warnings.warn(message, stacklevel=2)
+            for label in result.labels:
+                done[label["point_id"]] = label
+                fh.write(json.dumps(label) + "\n")
+            fh.flush()
+            bar.update(1)
+    return [(point, done[point.id]) for mine in points for point in mine if point.id in done]
+
+
+@dataclass(frozen=True)
+class EpisodeToLabel:
+    """An episode with decision points still to label, as shipped to a labelling worker."""
+
+    record: EpisodeRecord
+    source: str
+    point_ids: frozenset[str]  # not cached, and not an earlier episode's (an id is labelled once)
+    value_source: tuple[EpisodeRecord, str] | None  # agent values: the episode whose agent they continue
+
+
+@dataclass(frozen=True)
+class LabelledEpisode:
+    labels: tuple[dict[str, Any], ...]  # `label_to_json` rows
+    skipped: tuple[str, ...]  # why a point could not be labelled
+
+
+def episodes_to_label(
+    episodes: list[tuple[EpisodeRecord, str]],
+    points: list[list[DecisionPoint]],
+    done: dict[str, dict[str, Any]],
+    agent_values: bool,
+) -> list[EpisodeToLabel]:
+    """The labelling work in the episodes' order. V_agent of a policy and error rate continues the
+    first such episode that needs labels, whichever worker labels a later one."""
+    claimed: set[str] = set(done)
+    first: dict[str, tuple[EpisodeRecord, str]] = {}
+    todo = []
+    for (record, source), mine in zip(episodes, points, strict=True):
+        ids = frozenset(p.id for p in mine if p.id not in claimed)
+        if not ids:
+            continue
+        claimed |= ids
+        value_source = first.setdefault(value_key(record), (record, str(Path(source).resolve())))
+        todo.append(EpisodeToLabel(record, source, ids, value_source if agent_values else None))
+    return todo
+
+
+class Labeller:
+    """A labelling worker (in this process, a worker process or a Ray actor): its environments and
+    V_agent estimators live as long as it does."""
+
+    def __init__(self, cfg: BuildConfig, out: Path) -> None:
+        self.cfg, self.out = cfg, out
+        self.envs: dict[str, Any] = {}
+        self.values: dict[str, AgentValue] = {}
+
+    def __call__(self, item: EpisodeToLabel) -> LabelledEpisode:
+        cfg, record = self.cfg, item.record
+        env = self.envs.get(record.env) or self.envs.setdefault(record.env, make_env(record.env))
+        labels, skipped, reflected = [], [], 0
+        for point in decision_points(record, item.source)[-cfg.points_per_episode :]:
+            if point.id not in item.point_ids:
+                continue
+            agent = agent_value(self.values, *item.value_source, cfg, self.out) if item.value_source else None
+            try:
+                label = label_point(env, point, bisect=cfg.bisect, agent=agent)
+            except RIRError as err:
+                skipped.append(f"skipping {point.id}: {err}")
+                continue
+            if label.restore is not None and label.review == "recover" and reflected < cfg.reflect_points:
+                reflected += 1
+                label.reflections = [
+                    (c, retry_success(env, label, c, cfg.reflect_retries, record.error_rate))
+                    for c in reflection_candidates(label)
+                ]
+            labels.append(label_to_json(point.id, label))
+        return LabelledEpisode(tuple(labels), tuple(skipped))
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            env.close()
+        for value in self.values.values():
+            value.close()
 
 
 LABEL_SETTINGS = ("label_value", "value_rollouts", "value_max_steps", "bisect")
@@ -203,8 +278,9 @@ def check_label_settings(cache: Path, cfg: BuildConfig) -> None:
 def agent_value(
     values: dict[str, AgentValue], record: EpisodeRecord, source: str, cfg: BuildConfig, out: Path
 ) -> AgentValue:
-    """The V_agent estimator of a rollout's agent (one per policy and error rate), its cache in `out`."""
-    key = f"{record.policy}|{record.error_rate}"
+    """The V_agent estimator of a rollout's agent (one per policy, error rate and seed: the k = 0
+    continuation replays the episode's own error draws), its cache in `out`."""
+    key = value_key(record)
     if key not in values:
         run = json.loads((Path(source) / "run.json").read_text()).get("config", {})
         factory = policy_factory(record.policy, run.get("policy_mode", "rank"), record.error_rate, record.seed)
@@ -213,6 +289,10 @@ def agent_value(
             factory, key, cfg.value_rollouts, cfg.value_max_steps, guidance, out / "agent_values.jsonl"
         )
     return values[key]
+
+
+def value_key(record: EpisodeRecord) -> str:
+    return f"{record.policy}|{record.error_rate}|{record.seed}"
 
 
 # --- rows --------------------------------------------------------------------------------------------------

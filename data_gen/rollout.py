@@ -83,7 +83,8 @@ def versions() -> dict[str, str]:
 def write_run_json(out: Path, cfg: RolloutConfig) -> None:
     """Record the run's config; refuse to mix a different selection into an existing folder."""
     path = out / "run.json"
-    config = {k: v for k, v in asdict(cfg).items() if k not in ("shard", "workers", "concurrency", "out")}
+    how = ("shard", "workers", "concurrency", "executor", "ray_address", "out")  # how it runs, not what
+    config = {k: v for k, v in asdict(cfg).items() if k not in how}
     if path.exists():
         old = json.loads(path.read_text())
         if old.get("schema") != TRACE_SCHEMA_VERSION:
@@ -109,7 +110,10 @@ def rollout(cfg: RolloutConfig) -> list[EpisodeRecord]:
     check_nonempty(jobs)
     mine = shard_jobs(jobs, cfg.shard_index, cfg.shard_count)
     write_run_json(out, cfg)
-    records = run_jobs(mine, out / f"episodes-{cfg.shard_index}.jsonl", cfg.workers, cfg.concurrency, desc="rollout")
+    path = out / f"episodes-{cfg.shard_index}.jsonl"
+    records = run_jobs(
+        mine, path, cfg.workers, cfg.concurrency, desc="rollout", executor=cfg.executor, ray_address=cfg.ray_address
+    )
     wins = sum(r.success for r in records)
     print(f"{len(records)} episodes in {out} (shard {cfg.shard}); success {wins}/{len(records)}", file=sys.stderr)
     return records

@@ -73,7 +73,15 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     jobs = eval_jobs(cfg)
     check_nonempty(jobs)
     wanted = {j.episode_id for j in jobs}
-    records = run_jobs(jobs, out / "episodes.jsonl", cfg.workers, cfg.concurrency, desc="eval")
+    records = run_jobs(
+        jobs,
+        out / "episodes.jsonl",
+        cfg.workers,
+        cfg.concurrency,
+        desc="eval",
+        executor=cfg.executor,
+        ray_address=cfg.ray_address,
+    )
     records = [r for r in records if r.episode_id in wanted]
     from eval.plots import write_plots  # matplotlib is slow to import: only when plotting
 

@@ -7,18 +7,18 @@ killed run loses at most the episodes in flight (a partial last line is cut befo
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from rir_runtime.budgets import AgentBudget
 from rir_runtime.envs import ENV_CLASSES, Env, TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.errors import UnknownNameError, UserInputError
+from rir_runtime.executors import EXECUTORS, check_executor, make_executor
 from rir_runtime.llm.base import Backend
 from rir_runtime.policies import MODES
 from rir_runtime.recovery import METHODS, PRESETS
@@ -53,13 +53,24 @@ class SelectionConfig:
     budget_rollback: int = field(default=5, metadata={"help": "B_rb: recoveries per episode"})
     max_steps: int = field(default=100, metadata={"help": "environment steps per episode (safety cap)"})
     review_interval: int = field(default=4, metadata={"help": "initial scheduled review interval"})
-    workers: int = field(default=1, metadata={"help": "parallel worker processes"})
+    workers: int = field(default=1, metadata={"help": "parallel worker processes (with --executor ray: Ray actors)"})
     concurrency: int = field(
         default=1,
         metadata={
-            "help": "episodes run concurrently in threads of one process; "
+            "help": "episodes run concurrently in threads of one process (of each Ray actor); "
             "their model calls are batched into one generate call"
         },
+    )
+    executor: str = field(
+        default="local",
+        metadata={
+            "help": "where episodes run: local processes/threads, or ray (a local Ray cluster started for the "
+            'run, or --ray_address; needs pip install -e ".[ray]")',
+            "choices": list(EXECUTORS),
+        },
+    )
+    ray_address: str = field(
+        default="", metadata={"help": "address of a running Ray cluster (auto, ray://host:10001); empty: start one"}
     )
     only: list[str] = field(
         default_factory=list,
@@ -87,13 +98,14 @@ class SelectionConfig:
             raise ValueError("budgets must be >= 0")
         if self.workers < 1 or self.concurrency < 1:
             raise ValueError("workers and concurrency must be >= 1")
-        if self.workers > 1 and self.concurrency > 1:
+        if self.workers > 1 and self.concurrency > 1 and self.executor == "local":
             raise ValueError(
                 f"workers={self.workers} and concurrency={self.concurrency} cannot be combined (concurrent episodes "
                 "run as threads of one process): drop --workers to batch one model's calls across episodes "
                 "(LLM policies and prompted or tuned controllers), or drop --concurrency to run episodes in "
                 "separate processes (noisy-expert policy with heuristic or oracle controllers)"
             )
+        check_executor(self.executor, self.ray_address)
         if not self.seeds:
             raise ValueError("seeds is empty: pass at least one seed, e.g. --seeds 0")
         if not self.controller:
@@ -248,8 +260,11 @@ def run_jobs(
     concurrency: int = 1,
     on_record: Callable[[EpisodeRecord], None] | None = None,
     desc: str = "episodes",
+    executor: str = "local",
+    ray_address: str = "",
 ) -> list[EpisodeRecord]:
-    """Run the jobs not yet in `out_file`, appending one line per finished episode."""
+    """Run the jobs not yet in `out_file`, appending one line per finished episode (in the order they
+    finish; with `executor="ray"` they run on Ray actors and stream back to this process)."""
     out_file.parent.mkdir(parents=True, exist_ok=True)
     done_records = read_records(out_file)
     done = {r.episode_id for r in done_records}
@@ -259,7 +274,7 @@ def run_jobs(
     drop_partial_tail(out_file)
     new: list[EpisodeRecord] = []
     with out_file.open("a") as fh, _progress(len(todo), desc) as bar:
-        for record in _execute(todo, workers, concurrency):
+        for record in _execute(todo, workers, concurrency, executor, ray_address):
             append_record(fh, record)
             new.append(record)
             if on_record:
@@ -268,19 +283,19 @@ def run_jobs(
     return done_records + new
 
 
-def _execute(jobs: list[EpisodeJob], workers: int, concurrency: int = 1) -> Iterator[EpisodeRecord]:
-    if concurrency > 1:
-        _BATCH["size"] = concurrency
-        with ThreadPoolExecutor(concurrency) as pool:
-            futures = [pool.submit(run_job, job) for job in jobs]
-            for future in as_completed(futures):
-                yield future.result()
-        return
-    if workers <= 1 or len(jobs) <= 1:
-        yield from map(run_job, jobs)
-        return
-    with mp.get_context("spawn").Pool(workers) as pool:
-        yield from pool.imap_unordered(run_job, jobs)
+def _execute(
+    jobs: list[EpisodeJob], workers: int, concurrency: int = 1, executor: str = "local", ray_address: str = ""
+) -> Iterator[EpisodeRecord]:
+    """Records in completion order, from `workers` processes or Ray actors of `concurrency` threads."""
+    runner = make_executor(executor, workers, concurrency, ray_address)
+    yield from runner.map_unordered(partial(episode_worker, concurrency), jobs)
+
+
+def episode_worker(concurrency: int) -> Callable[[EpisodeJob], EpisodeRecord]:
+    """Runs once in each worker (process, Ray actor, or this process): its backends batch the model
+    calls of its `concurrency` concurrent episodes; environments and models stay cached there."""
+    _BATCH["size"] = concurrency
+    return run_job
 
 
 class _progress:
@@ -296,7 +311,7 @@ class _progress:
         self.n += 1
         self.wins += record.success
         per_min = 60 * self.n / max(time.perf_counter() - self.start, 1e-9)
-        self.bar.set_postfix(success=f"{self.wins / self.n:.0%}", ep_per_min=f"{per_min:.1f}")
+        self.bar.set_postfix(success=f"{self.wins / self.n:.0%}", ep_per_min=f"{per_min:.1f}", refresh=False)
         self.bar.update(1)
 
     def __enter__(self) -> _progress:
