@@ -25,6 +25,8 @@ PACKAGES = (
     "scienceworld",
     "textworld",
     "scipy",
+    "openai",
+    "ray",  # an optional extra: "not installed" is a fine answer
 )
 NO_JAVA = (
     "not found: `--env scienceworld` cannot start (its engine runs on the JVM); builtin and textworld-cooking work"

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from data_gen.build import BuildConfig, build, load_runs, variation_key
+from data_gen.build import BuildConfig, build, load_runs
 from data_gen.hindsight import decision_points, label_point
 from data_gen.rollout import RolloutConfig, rollout, rollout_jobs, shard_jobs
+from data_gen.splits import variation_key
 from rir_runtime.config import build_config
 from rir_runtime.envs import TaskSpec
 from rir_runtime.envs.builtin import WorkshopEnv
@@ -182,7 +183,7 @@ def test_bad_runs_are_named(tmp_path: Path) -> None:
 
 def test_tokenizer_bound_counts_the_tokenizer_s_tokens() -> None:
     pytest.importorskip("transformers")
-    from data_gen.build import token_counter
+    from data_gen.rows import token_counter
 
     messages = [{"role": "user", "content": "x" * 300}]
     assert token_counter("tiny-random-llama")(messages) >= 300  # a byte tokenizer: a token per character

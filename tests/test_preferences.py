@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from data_gen import build as builder
-from data_gen.build import PREF, SFT, BuildConfig, build, load_runs, variation_key
+from data_gen import splits as builder
+from data_gen.build import PREF, SFT, BuildConfig, build, load_runs
 from data_gen.hindsight import Label, decision_points, retry_success
 from data_gen.rollout import RolloutConfig, rollout
+from data_gen.splits import variation_key
 from rir_runtime.controllers import failure_signal
 from rir_runtime.decisions import parse
 from rir_runtime.envs import Snapshot, TaskSpec
