@@ -33,6 +33,10 @@ class ControllerEvalConfig:
         default="validation", metadata={"help": "dataset split to score", "choices": ["train", "validation"]}
     )
     max_rows: int = field(default=200, metadata={"help": "rows per dataset at most (0: all)"})
+    max_reflect_rows: int = field(
+        default=-1,
+        metadata={"help": "reflection rows at most (each is several generations: slow on a CPU); -1: max_rows"},
+    )
     out: str = field(default="runs/eval-controller", metadata={"help": "output folder"})
 
     def __post_init__(self) -> None:
@@ -56,7 +60,7 @@ def _rows(data: Path, name: str, split: str, max_rows: int) -> list[dict[str, An
     return [r for r in rows if r["meta"].get("context")]
 
 
-def score_controller(spec: str, data: Path, split: str, max_rows: int) -> dict[str, Any]:
+def score_controller(spec: str, data: Path, split: str, max_rows: int, max_reflect_rows: int = -1) -> dict[str, Any]:
     """All metrics of one controller; a metric without rows is None."""
     from tqdm import tqdm
 
@@ -111,7 +115,8 @@ def score_controller(spec: str, data: Path, split: str, max_rows: int) -> dict[s
             restore_within_one=sum(d <= 1 for d in diffs) / len(fine),
         )
 
-    reflect = _rows(data, "reflect_sft", split, max_rows)
+    reflect_cap = max_rows if max_reflect_rows < 0 else max_reflect_rows
+    reflect = _rows(data, "reflect_sft", split, reflect_cap) if reflect_cap or not max_rows else []
     if reflect:
         valid = matches = 0
         for row in reflect:
@@ -126,7 +131,7 @@ def score_controller(spec: str, data: Path, split: str, max_rows: int) -> dict[s
             reflect_failure_action_match=matches / len(reflect),
         )
 
-    prefs = _rows(data, "reflect_pref", split, max_rows)
+    prefs = _rows(data, "reflect_pref", split, reflect_cap) if reflect_cap or not max_rows else []
     if prefs:
         wins = 0
         for row in prefs:
@@ -199,7 +204,7 @@ def evaluate_controllers(cfg: ControllerEvalConfig) -> list[dict[str, Any]]:
     data = Path(cfg.data)
     if not (data / "review_sft").exists():
         raise UserInputError(f"{data} holds no review_sft dataset: build one with `rir build-data --out {data}`")
-    results = [score_controller(spec, data, cfg.split, cfg.max_rows) for spec in cfg.controller]
+    results = [score_controller(spec, data, cfg.split, cfg.max_rows, cfg.max_reflect_rows) for spec in cfg.controller]
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "controller_eval.json").write_text(json.dumps({"results": results, "config": asdict(cfg)}, indent=2) + "\n")

@@ -86,6 +86,9 @@ class PipelineConfig:
     budget_rollback: int = field(default=3, metadata={"help": "B_rb in the eval"})
     review_interval: int = field(default=4, metadata={"help": "initial scheduled review interval"})
     controller_eval_rows: int = field(default=40, metadata={"help": "validation rows per dataset scored offline"})
+    controller_eval_reflect_rows: int = field(
+        default=-1, metadata={"help": "reflection rows scored offline (slow: generated); -1: controller_eval_rows"}
+    )
     workers: int = field(default=1, metadata={"help": "worker processes for rollouts and eval"})
 
     def __post_init__(self) -> None:
@@ -220,11 +223,14 @@ def controller_eval_stage(stages: Stages, cfg: PipelineConfig, data: Path, adapt
     from eval.controller_eval import ControllerEvalConfig, evaluate_controllers
 
     cc = ControllerEvalConfig(
-        data=str(data), controller=[s for s in specs if s != "oracle"], max_rows=cfg.controller_eval_rows
+        data=str(data),
+        controller=[s for s in specs if s != "oracle"],
+        max_rows=cfg.controller_eval_rows,
+        max_reflect_rows=cfg.controller_eval_reflect_rows,
     )
     return stages.run(
         "controller-eval",
-        _key_settings(cc, "controller max_rows"),
+        _key_settings(cc, "controller max_rows max_reflect_rows"),
         lambda d: evaluate_controllers(replace(cc, out=str(d))),
         inputs=[data.name, adapter.name],
     )
@@ -307,18 +313,22 @@ def offline_verdict(ce_dir: Path, specs: list[str]) -> list[str]:
     base = next((results[s] for s in specs if s.startswith("prompted:") and s in results), None)
     if not tuned or not base:
         return []
-    rows = []
-    wins = 0
+    better: list[str] = []
+    worse: list[str] = []
     for key, label in (("review_f1", "review F1 (recover)"), ("restore_exact", "restore point exact")):
         t, b = tuned.get(key), base.get(key)
-        if t is None or b is None:
-            continue
-        wins += t > b
-        rows.append(f"{label} {t:.1%} vs {b:.1%}")
-    if not rows:
+        if t is not None and b is not None:
+            (better if t > b else worse).append(f"{label} {t:.1%} vs {b:.1%}")
+    if not better and not worse:
         return []
-    verdict = "beats" if wins == len(rows) else ("does not beat" if wins == 0 else "beats only in part")
-    return [f"Offline, on held-out variations, the tuned adapter {verdict} its base model: " + "; ".join(rows) + "."]
+    if not worse:
+        return [f"Offline, on held-out variations, the tuned adapter beats its base model: {'; '.join(better)}."]
+    if not better:
+        return [f"Offline, on held-out variations, the tuned adapter does not beat its base model: {'; '.join(worse)}."]
+    return [
+        f"Offline, on held-out variations, the tuned adapter beats its base model on {'; '.join(better)}, "
+        f"but not on {'; '.join(worse)}."
+    ]
 
 
 def benchmark_table(envs: list[str], evals: list[dict[str, Any]]) -> str:
