@@ -1,8 +1,8 @@
 """Reflections filled into a fixed JSON skeleton, so a small model's What always parses.
 
-Free generation of the reflection JSON fails on small models: a 135M controller copied the
-prompt's `[<reusable facts>]` placeholder or broke the object's structure on every ScienceWorld
-reflection (docs/results.md). Here the runtime writes the keys and brackets, in the order of the
+Free generation of the reflection JSON fails on small models: they copy the prompt's
+`[<reusable facts>]` placeholder or break the object's structure. Here the runtime writes the keys
+and brackets, in the order of the
 training targets (`decisions.dump`), and the model writes only the values:
 
 - the two lists are generated up to their closing `]` and kept if they read as JSON strings;

@@ -144,8 +144,8 @@ class TransformersBackend:
         """Greedy decoding that can only spell one of `choices`: at each step the vocabulary is cut
         to the tokens that continue some choice (a token trie, closed by EOS). Unlike free text the
         reply cannot name an object that is not there; unlike ranking, the cost does not grow with
-        the number of choices (greedy commits to the likeliest first token; on ScienceWorld it
-        picked what ranking all actions picked, docs/results.md).
+        the number of choices (greedy commits to the likeliest first token, where ranking compares
+        whole actions).
 
         `penalties[i]` is taken off choice i's log-probability (memory guidance): at the token where
         the path leaves every choice with a smaller penalty, the difference is subtracted, so a
