@@ -2,7 +2,8 @@
 
 This is the single renderer: prompted and tuned controllers call it at inference, and data_gen
 calls it to build training examples, so training and inference see the same text. Bump
-`PROMPT_FORMAT_VERSION` whenever the rendered text changes; tuned adapters record it.
+`PROMPT_FORMAT_VERSION` whenever a controller prompt changes and `AGENT_PROMPT_FORMAT_VERSION`
+whenever the agent's does; tuned adapters record the version of their kind.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ if TYPE_CHECKING:
 
 # 2: a terminal review states the ending; 3: compact trajectory lines and a Signals line
 PROMPT_FORMAT_VERSION = 3
+# The agent's prompt (render_agent) counts apart: unchanged since it shared version 2 with the
+# controllers, so agent adapters trained then still load.
+AGENT_PROMPT_FORMAT_VERSION = 2
+
+
+def prompt_format_version(kind: str) -> int:
+    """The prompt format an adapter of this kind ("agent" or "controller") is trained on."""
+    return AGENT_PROMPT_FORMAT_VERSION if kind == "agent" else PROMPT_FORMAT_VERSION
 Messages = list[dict[str, str]]
 
 

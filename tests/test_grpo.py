@@ -362,3 +362,21 @@ def test_rir_train_grpo_parses_with_the_grpo_parser(tmp_path: Path, monkeypatch:
     assert cli.cmd_train(parser.parse_args(["train", "grpo", "--launcher", "accelerate", "--max-steps", "3"])) == 0
     cmd = launched[0]
     assert cmd[cmd.index("-m", cmd.index("--config_file")) + 1] == "train.grpo" and cmd[-2:] == ["--max-steps", "3"]
+
+
+def test_grpo_warns_once_when_no_group_has_reward_variance(capsys: pytest.CaptureFixture[str]) -> None:
+    from types import SimpleNamespace
+
+    from train.grpo import NoSignalWarning
+
+    args = SimpleNamespace(temperature=0.5, num_generations=4)
+    callback = NoSignalWarning(patience=3)
+    for flat in (1.0, 1.0, 0.5, 1.0, 1.0):  # a step with signal resets the count
+        callback.on_log(args, None, None, logs={"frac_reward_zero_std": flat})
+    assert "not learning" not in capsys.readouterr().out
+    for flat in (1.0, 1.0):
+        callback.on_log(args, None, None, logs={"frac_reward_zero_std": flat, "loss": 0.0})
+    callback.on_log(args, None, None, logs={"loss": 0.0})  # an eval or other log line changes nothing
+    out = capsys.readouterr().out
+    assert out.count("GRPO is not learning") == 1
+    assert "last 3 logged steps" in out and "temperature 0.5" in out and "--num_generations" in out

@@ -523,3 +523,23 @@ def test_report_to_tensorboard_writes_event_files(data: Path, tmp_path: Path, mo
     logged = EventAccumulator(str(events[0].parent))
     logged.Reload()
     assert "train/loss" in logged.Tags()["scalars"]
+
+
+def test_agent_adapters_keep_their_own_prompt_format_version(tmp_path: Path) -> None:
+    """A controller prompt change must not retire agent adapters: each kind is checked against its own
+    prompt format."""
+    from rir_runtime.llm.tuned import read_card
+    from rir_runtime.prompts import AGENT_PROMPT_FORMAT_VERSION
+
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    card = {
+        "kind": "agent",
+        "base_model": "smollm2-135m-instruct",
+        "prompt_format_version": AGENT_PROMPT_FORMAT_VERSION,
+    }
+    (agent / "rir_controller.json").write_text(json.dumps(card))
+    assert read_card(agent, expect="agent")["prompt_format_version"] == AGENT_PROMPT_FORMAT_VERSION
+    (agent / "rir_controller.json").write_text(json.dumps({**card, "prompt_format_version": PROMPT_FORMAT_VERSION + 1}))
+    with pytest.raises(UserInputError, match="agent prompts of format version"):
+        read_card(agent, expect="agent")

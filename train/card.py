@@ -52,16 +52,17 @@ def write_card(
     """`rir_controller.json` (what `rir_runtime.llm.tuned` checks before serving the adapter) and the
     Hub card `README.md` next to it; returns the path of the first."""
     from rir_runtime.llm.tuned import describe_base
-    from rir_runtime.prompts import PROMPT_FORMAT_VERSION
+    from rir_runtime.prompts import prompt_format_version
 
     base = describe_base(base_model)
+    kind = AGENT if decision_types == [AGENT] else "controller"
     card = {
-        "kind": AGENT if decision_types == [AGENT] else "controller",
+        "kind": kind,
         "base_model": base.name,
         "base_model_source": base.source,
         "base_model_path": base_model_path,
         "decision_types": decision_types,
-        "prompt_format_version": PROMPT_FORMAT_VERSION,
+        "prompt_format_version": prompt_format_version(kind),
         "dataset_fingerprints": fingerprints,
         "trained_with": versions(),
         "stage": stage,

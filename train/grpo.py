@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from transformers import TrainerCallback
+
 from rir_runtime.errors import UserInputError
 from train.args import TrainScriptArguments
 from train.grpo_data import GRPO_TYPES
@@ -109,6 +111,36 @@ def main(script_args: GRPOScriptArguments, training_args, model_args):
     return trainer
 
 
+class NoSignalWarning(TrainerCallback):
+    """Warns once when GRPO has nothing to learn from: in `patience` logged steps in a row, every
+    group of sampled answers got one reward (TRL's `frac_reward_zero_std` = 1), so every advantage,
+    and the gradient, is 0. It happens when the starting adapter answers one way at the sampling
+    temperature (a review adapter that always says "continue")."""
+
+    def __init__(self, patience: int = 3) -> None:
+        self.patience = patience
+        self.flat_steps = 0
+        self.warned = False
+
+    def message(self, temperature: float, generations: int) -> str:
+        return (
+            f"GRPO is not learning: in the last {self.flat_steps} logged steps every group of "
+            f"{generations} answers sampled at temperature {temperature} got the same reward "
+            "(frac_reward_zero_std = 1), so every advantage is 0. The starting adapter answers one way; "
+            "raise --temperature or --num_generations, or start from an adapter whose sampled answers "
+            "vary (python -m train.reward_eval scores its decisions)"
+        )
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        flat = (logs or {}).get("frac_reward_zero_std")
+        if flat is None:
+            return
+        self.flat_steps = self.flat_steps + 1 if float(flat) >= 1.0 else 0
+        if self.flat_steps >= self.patience and not self.warned:
+            self.warned = True
+            print(f"warning: {self.message(args.temperature, args.num_generations)}", flush=True)
+
+
 def reward_functions(script_args: GRPOScriptArguments) -> list[Any]:
     """Module-level functions (a partial unwraps to its function's name in TRL's logs), so they pickle."""
     return [review_reward, functools.partial(locate_reward, lateness=script_args.lateness_penalty)]
@@ -155,6 +187,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
         eval_dataset=eval_ds,
         processing_class=tokenizer,
         peft_config=peft_config,
+        callbacks=[NoSignalWarning()],
     )
     card = dict(
         base_model=base_name,

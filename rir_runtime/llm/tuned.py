@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from rir_runtime.errors import ModelLoadError, UserInputError
 from rir_runtime.llm.backends import TransformersBackend, default_device, set_num_threads
-from rir_runtime.prompts import PROMPT_FORMAT_VERSION
+from rir_runtime.prompts import prompt_format_version
 
 CARD = "rir_controller.json"
 PEFT_CONFIG = "adapter_config.json"
@@ -62,12 +62,12 @@ def read_card(adapter_dir: str | Path, expect: str = "controller") -> dict[str, 
             return f"an {word}" if str(word)[:1] in "aeiou" else f"a {word}"
 
         raise UserInputError(f"{folder} is {a(kind)} adapter, not {a(expect)} adapter; use it as {use} instead")
-    version = card.get("prompt_format_version")
-    if version != PROMPT_FORMAT_VERSION:
+    version, current = card.get("prompt_format_version"), prompt_format_version(expect)
+    if version != current:
         raise UserInputError(
-            f"{folder} was trained on prompts of format version {version}, but this runtime renders version "
-            f"{PROMPT_FORMAT_VERSION}: retrain the adapter on data built by this version (`rir build-data` then "
-            f"`rir train sft`), or use a runtime whose PROMPT_FORMAT_VERSION is {version}"
+            f"{folder} was trained on {expect} prompts of format version {version}, but this runtime renders "
+            f"version {current}: retrain the adapter on data built by this version (`rir build-data` then "
+            f"`rir train sft`), or use a runtime whose {expect} prompt format is version {version}"
         )
     if not card.get("base_model"):
         raise UserInputError(f"{path} names no base_model: retrain the adapter with `rir train sft|dpo`")
@@ -95,7 +95,7 @@ def plain_adapter_card(folder: Path, expect: str) -> dict[str, Any]:
     warnings.warn(
         f"{folder} is a plain PEFT adapter (no {CARD}): it was not trained by `rir train`, so its prompt "
         f"format is unknown; it is used as {'an' if expect[:1] in 'aeiou' else 'a'} {expect} on rir's "
-        f"prompts (format version {PROMPT_FORMAT_VERSION}) as they are",
+        f"prompts (format version {prompt_format_version(expect)}) as they are",
         PlainAdapterWarning,
         stacklevel=3,
     )
