@@ -30,6 +30,8 @@ AGENT_PROMPT_FORMAT_VERSION = 2
 def prompt_format_version(kind: str) -> int:
     """The prompt format an adapter of this kind ("agent" or "controller") is trained on."""
     return AGENT_PROMPT_FORMAT_VERSION if kind == "agent" else PROMPT_FORMAT_VERSION
+
+
 Messages = list[dict[str, str]]
 
 
