@@ -2,8 +2,8 @@
 
 Free generation of the reflection JSON fails on small models: they copy the prompt's
 `[<reusable facts>]` placeholder or break the object's structure. Here the runtime writes the keys
-and brackets, in the order of the
-training targets (`decisions.dump`), and the model writes only the values:
+and brackets, in the order of the training targets (`decisions.dump`), and the model writes only
+the values:
 
 - the two lists are generated up to their closing `]` and kept if they read as JSON strings;
 - the failure's condition, outcome and lesson are generated up to their closing quote;

@@ -370,13 +370,16 @@ def test_grpo_warns_once_when_no_group_has_reward_variance(capsys: pytest.Captur
     from train.grpo import NoSignalWarning
 
     args = SimpleNamespace(temperature=0.5, num_generations=4)
-    callback = NoSignalWarning(patience=3)
+    main, other = SimpleNamespace(is_world_process_zero=True), SimpleNamespace(is_world_process_zero=False)
+    callback, on_other_process = NoSignalWarning(patience=3), NoSignalWarning(patience=3)
     for flat in (1.0, 1.0, 0.5, 1.0, 1.0):  # a step with signal resets the count
-        callback.on_log(args, None, None, logs={"frac_reward_zero_std": flat})
+        callback.on_log(args, main, None, logs={"frac_reward_zero_std": flat})
     assert "not learning" not in capsys.readouterr().out
     for flat in (1.0, 1.0):
-        callback.on_log(args, None, None, logs={"frac_reward_zero_std": flat, "loss": 0.0})
-    callback.on_log(args, None, None, logs={"loss": 0.0})  # an eval or other log line changes nothing
+        callback.on_log(args, main, None, logs={"frac_reward_zero_std": flat, "loss": 0.0})
+    callback.on_log(args, main, None, logs={"loss": 0.0})  # an eval or other log line changes nothing
+    for _ in range(4):
+        on_other_process.on_log(args, other, None, logs={"frac_reward_zero_std": 1.0})
     out = capsys.readouterr().out
     assert out.count("GRPO is not learning") == 1
     assert "last 3 logged steps" in out and "temperature 0.5" in out and "--num_generations" in out

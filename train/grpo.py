@@ -138,7 +138,8 @@ class NoSignalWarning(TrainerCallback):
         self.flat_steps = self.flat_steps + 1 if float(flat) >= 1.0 else 0
         if self.flat_steps >= self.patience and not self.warned:
             self.warned = True
-            print(f"warning: {self.message(args.temperature, args.num_generations)}", flush=True)
+            if state.is_world_process_zero:  # every process logs the same gathered metrics
+                print(f"warning: {self.message(args.temperature, args.num_generations)}", flush=True)
 
 
 def reward_functions(script_args: GRPOScriptArguments) -> list[Any]:
