@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from rir_runtime.decisions import Decision, DecisionKind, Failure, Reflection, Review, dump, parse
+from rir_runtime.decisions import ANSWER_OPENING, Decision, DecisionKind, Failure, Reflection, Review, dump, parse
 from rir_runtime.errors import ParseError, RIRError, UnknownNameError
 from rir_runtime.llm.base import Backend
 from rir_runtime.prompts import DecisionContext, content_tokens, ending, fit_decision
@@ -235,16 +235,17 @@ class OracleController(HeuristicController):
 def candidates(kind: DecisionKind, ctx: DecisionContext) -> list[tuple[str, object]]:
     """The closed answer set of a review or locate decision, as JSON prefixes of the training
     targets (`dump`), for ranking by likelihood."""
+    opening = ANSWER_OPENING.get(kind, "")
     if kind == "review":
         return [
-            ('{"decision": "continue"', Review("continue", "ranked by likelihood")),
-            ('{"decision": "recover"', Review("recover", "ranked by likelihood")),
+            (f'{opening}continue"', Review("continue", "ranked by likelihood")),
+            (f'{opening}recover"', Review("recover", "ranked by likelihood")),
         ]
     if kind == "locate_coarse":
-        return [(f'{{"segment": {i}}}', i) for i in range(len(ctx.segments))]
+        return [(f"{opening}{i}}}", i) for i in range(len(ctx.segments))]
     a, b = ctx.segment or (0, len(ctx.history) + 1)
     inside = [i for i in ctx.admissible if a <= i < b] or list(ctx.admissible)
-    return [(f'{{"step": {i}}}', i) for i in inside]
+    return [(f"{opening}{i}}}", i) for i in inside]
 
 
 class PromptedController:

@@ -17,6 +17,14 @@ from typing import Any, Literal, cast
 from rir_runtime.errors import ParseError
 
 DecisionKind = Literal["review", "locate_coarse", "locate_fine", "reflect"]
+
+# The fixed opening of each closed-set answer (`dump` writes it first): a ranking controller scores
+# what follows it, and GRPO's prefilled prompts end with it, so both see the same tokens.
+ANSWER_OPENING: dict[DecisionKind, str] = {
+    "review": '{"decision": "',
+    "locate_coarse": '{"segment": ',
+    "locate_fine": '{"step": ',
+}
 ReviewDecision = Literal["continue", "recover"]
 
 

@@ -145,6 +145,7 @@ def test_grpo_view_carries_the_value_table_and_class_weights(data: Path) -> None
         "v_now",
         "best_value",
         "choices",
+        "opening",
     }
     weights = {(r["decision"], r["label"]): r["weight"] for ds in (train, val) for r in ds}
     # train: 6 continue, 2 recover -> n / (k * n_c); validation rows get the train split's weights
@@ -159,6 +160,35 @@ def test_grpo_view_carries_the_value_table_and_class_weights(data: Path) -> None
     assert json.loads(fine["choices"]) == {"2": [2], "3": [3], "4": [4]}  # the segment the prompt offers
     unweighted, _, _, _ = load_grpo_datasets(GRPOScriptArguments(data=str(data), balance_review=False), False)
     assert set(unweighted["weight"]) == {1.0}
+
+
+def test_prefilled_prompts_end_with_the_answer_opening_the_ranker_scores(data: Path) -> None:
+    """A prefilled prompt is the chat text the ranking controller scores after, then the opening of
+    each of its candidate answers; the rewards read the sampled decision after that opening."""
+    from rir_runtime.controllers import candidates
+    from rir_runtime.llm.tiny import build_tokenizer
+    from train.grpo import GRPOScriptArguments
+    from train.grpo_data import load_grpo_datasets, prefill_answers
+    from train.rewards import locate_reward, review_reward
+
+    tokenizer = build_tokenizer()
+    train, _, _, _ = load_grpo_datasets(GRPOScriptArguments(data=str(data)), need_eval=False)
+    assert set(train["opening"]) == {""}
+    prefilled = prefill_answers(train, tokenizer)
+    for chat, row in zip(train, prefilled, strict=True):
+        head = tokenizer.apply_chat_template(chat["prompt"], tokenize=False, add_generation_prompt=True)
+        assert row["prompt"] == head + row["opening"]
+        ranked = candidates(row["decision"], context(0, row["decision"]))
+        assert ranked and all(text.startswith(row["opening"]) for text, _ in ranked)
+
+    review = next(r for r in prefilled if r["decision"] == "review")
+    cols = {k: [review[k]] * 3 for k in ("decision", "label", "weight", "opening")}
+    wrong = "continue" if review["label"] == "recover" else "recover"
+    cut = f'{review["label"]}", "reason": "cut short'
+    assert review_reward([cut, f'{wrong}"', "maybe"], **cols) == [review["weight"], 0.0, 0.0]
+    fine = next(r for r in prefilled if r["decision"] == "locate_fine")
+    cols = {k: [fine[k]] * 2 for k in ("decision", "values", "choices", "opening")}
+    assert locate_reward(["2}", "9}"], **cols, lateness=0.0) == [1.0, 0.0]  # 9 is not offered
 
 
 def test_grpo_script_arguments_are_checked() -> None:

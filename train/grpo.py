@@ -62,6 +62,13 @@ class GRPOScriptArguments(TrainScriptArguments):
             "a constant answer cannot win the commoner label (GRPO balances by weights, not by oversampling)"
         },
     )
+    prefill_answer: bool = field(
+        default=True,
+        metadata={
+            "help": "end each prompt with the answer's JSON opening, so a sample is the decision alone, drawn "
+            "from the probabilities the ranking controller compares (false: the whole JSON is generated)"
+        },
+    )
     lateness_penalty: float = field(
         default=DEFAULT_LATENESS,
         metadata={
@@ -155,7 +162,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
     from rir_runtime.llm.tuned import read_card
     from train.distributed import check_launch, main_process_first
     from train.dpo import check_same_base
-    from train.grpo_data import load_grpo_datasets, value_summary
+    from train.grpo_data import load_grpo_datasets, prefill_answers, value_summary
     from train.models import check_lora_targets, load_base_model, load_tokenizer, resolve_base
 
     check_launch(training_args)
@@ -170,6 +177,9 @@ def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
         tokenizer = load_tokenizer(sft_adapter or base_path)
         need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
         train_ds, eval_ds, fingerprints, types = load_grpo_datasets(script_args, need_eval, training_args.seed)
+        if script_args.prefill_answer:
+            train_ds = prefill_answers(train_ds, tokenizer)
+            eval_ds = prefill_answers(eval_ds, tokenizer) if eval_ds is not None else None
 
     model = load_base_model(base_path, model_args, training_args)
     if sft_adapter:
@@ -200,6 +210,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
             "sft_adapter": sft_adapter,
             "values": value_summary(train_ds),
             "rewards": {"locate_lateness_penalty": script_args.lateness_penalty},
+            "prefill_answer": script_args.prefill_answer,
         },
     )
     return trainer, card

@@ -11,6 +11,12 @@ and the columns the rewards (`train/rewards.py`) read, taken from its `meta`.
 | `values_implied` | whether some of them were implied rather than measured |
 | `v_now`, `best_value` | V at the decision, and the best V a restore reaches |
 | `choices` | JSON {answer: [checkpoints it restores to]} of the answers the prompt offers |
+| `opening` | the answer's fixed JSON opening when the prompt is prefilled with it (`prefill_answers`), else "" |
+
+Prefilled prompts (`prefill_answer`, the default) are the rendered chat text followed by the
+answer's opening (`{"decision": "`), so a sampled completion is the decision itself: at
+temperature 1 the answers are drawn from the very probabilities the ranking controller compares
+at inference, and a small adapter cannot lose its reward to a malformed JSON wrapper.
 
 With bisection (`rir build-data` with bisect, the default) only the probed checkpoints are measured.
 V can only fall along a branch when errors are irreversible, so an unprobed checkpoint lies
@@ -25,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rir_runtime.decisions import ANSWER_OPENING
 from rir_runtime.errors import UserInputError
 from train.args import TrainScriptArguments
 from train.rewards import class_weights
@@ -84,7 +91,20 @@ def view_row(row: dict[str, Any], weights: Mapping[str, float]) -> dict[str, Any
         "v_now": float(meta["v_now"]),
         "best_value": max(admissible_values, default=float(meta["v_now"])),
         "choices": json.dumps({str(k): v for k, v in offered_choices(kind, ctx).items()}),
+        "opening": "",
     }
+
+
+def prefill_answers(ds: Any, tokenizer: Any) -> Any:
+    """The rows with each chat prompt rendered as the model will see it, ending in the opening of
+    the answer (the ranking controller scores what follows the same text)."""
+
+    def prefill(row: dict[str, Any]) -> dict[str, Any]:
+        opening = ANSWER_OPENING[row["decision"]]
+        text = tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        return {"prompt": text + opening, "opening": opening}
+
+    return ds.map(prefill, keep_in_memory=True)
 
 
 def _check_meta(folder: Any, ds: Any) -> None:

@@ -15,7 +15,8 @@ branch when the data was built, so an answer is scored exactly and without calli
 
 `review_reward` and `locate_reward` have the signature of TRL's reward functions (the dataset's
 columns come as keyword lists); each answers None for the other's rows, which TRL leaves out of
-that function's mean.
+that function's mean. Where the prompt was prefilled with the answer's opening (the `opening`
+column), the completion is read after it.
 """
 
 from __future__ import annotations
@@ -120,13 +121,24 @@ def answers(choices_json: str) -> dict[int, list[int]]:
     return {int(k): [int(i) for i in v] for k, v in json.loads(choices_json).items()}
 
 
+def replies(completions: list[Any], opening: list[str] | None) -> list[str]:
+    """Each completion's whole reply: the prefilled opening (if any) and the sampled text."""
+    heads = opening or [""] * len(completions)
+    return [head + completion_text(c) for head, c in zip(heads, completions, strict=True)]
+
+
 def review_reward(
-    completions: list[Any], decision: list[str], label: list[str], weight: list[float], **_: Any
+    completions: list[Any],
+    decision: list[str],
+    label: list[str],
+    weight: list[float],
+    opening: list[str] | None = None,
+    **_: Any,
 ) -> list[float | None]:
     """Weighted agreement with the hindsight verdict, for review rows (None elsewhere)."""
     return [
-        review_score(completion_text(c), lab, w) if kind == "review" else None
-        for c, kind, lab, w in zip(completions, decision, label, weight, strict=True)
+        review_score(text, lab, w) if kind == "review" else None
+        for text, kind, lab, w in zip(replies(completions, opening), decision, label, weight, strict=True)
     ]
 
 
@@ -135,14 +147,15 @@ def locate_reward(
     decision: list[str],
     values: list[str],
     choices: list[str],
+    opening: list[str] | None = None,
     lateness: float = DEFAULT_LATENESS,
     **_: Any,
 ) -> list[float | None]:
     """The restored checkpoint's value with the lateness order, for locate rows (None elsewhere)."""
     out: list[float | None] = []
-    for c, kind, vals, chs in zip(completions, decision, values, choices, strict=True):
+    for text, kind, vals, chs in zip(replies(completions, opening), decision, values, choices, strict=True):
         if kind in LOCATE_KINDS:
-            out.append(locate_score(kind, completion_text(c), table(vals), answers(chs), lateness))
+            out.append(locate_score(kind, text, table(vals), answers(chs), lateness))
         else:
             out.append(None)
     return out
