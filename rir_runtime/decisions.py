@@ -25,6 +25,7 @@ ANSWER_OPENING: dict[DecisionKind, str] = {
     "locate_coarse": '{"segment": ',
     "locate_fine": '{"step": ',
 }
+
 ReviewDecision = Literal["continue", "recover"]
 
 
