@@ -180,6 +180,8 @@ def test_prefilled_prompts_end_with_the_answer_opening_the_ranker_scores(data: P
         assert row["prompt"] == head + row["opening"]
         ranked = candidates(row["decision"], context(0, row["decision"]))
         assert ranked and all(text.startswith(row["opening"]) for text, _ in ranked)
+        target = dump(row["decision"], Review("recover", "x") if row["decision"] == "review" else 2)
+        assert target.startswith(row["opening"])  # the SFT target opens the same way
 
     review = next(r for r in prefilled if r["decision"] == "review")
     cols = {k: [review[k]] * 3 for k in ("decision", "label", "weight", "opening")}
