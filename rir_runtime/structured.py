@@ -19,6 +19,7 @@ request); its six decoding passes are in `meta["passes"]` and all their tokens a
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 
 from rir_runtime.decisions import Decision, Failure, Reflection
 from rir_runtime.llm.base import Backend
@@ -72,7 +73,13 @@ class _Form:
 
 
 def fill_reflection(backend: Backend, messages: Messages, ctx: DecisionContext) -> Decision:
-    """A reflection whose structure the runtime guarantees; the values are the model's."""
+    """A reflection whose structure the runtime guarantees; the values are the model's. Every pass
+    re-reads the same prompt, so a local backend keeps its KV cache between them (`reusing_prefix`)."""
+    with getattr(backend, "reusing_prefix", nullcontext)():
+        return _fill(backend, messages, ctx)
+
+
+def _fill(backend: Backend, messages: Messages, ctx: DecisionContext) -> Decision:
     form = _Form(backend, messages)
     lists: dict[str, list[str]] = {}
     for i, key in enumerate(("env_knowledge", "milestones")):

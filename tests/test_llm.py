@@ -150,6 +150,29 @@ def test_a_begun_assistant_reply_is_continued_and_a_structured_reflection_parses
     assert parse("reflect", decision.raw) == decision.value and decision.value.failure.action == "eat key"
 
 
+def test_a_structured_reflection_reuses_its_prompt_cache_and_writes_the_same_reply(tiny: TransformersBackend) -> None:
+    """Its passes re-read one prompt: inside `reusing_prefix` the shared tokens come from the kept
+    KV cache, and every pass (generated and ranked) gives what recomputing the prompt gives."""
+    from rir_runtime.envs.checkpoints import Step
+    from rir_runtime.prompts import DecisionContext
+    from rir_runtime.structured import _fill, fill_reflection
+
+    steps = tuple(Step(i, f"go to room {i}", f"You are in room {i}.", 0.0) for i in range(6))
+    ctx = DecisionContext(
+        task="t", objective="Find the key.", memory="", history=steps, observation="x", score=0.0, restore_point=2
+    )
+    recomputed = _fill(tiny, PROMPTS[1], ctx)  # no reusing_prefix block: every pass from scratch
+    before = tiny.reused_tokens
+    reused = fill_reflection(tiny, PROMPTS[1], ctx)
+    assert reused.raw == recomputed.raw and reused.meta["passes"] == recomputed.meta["passes"] == 6
+    prompt = len(tiny._encode(PROMPTS[1]))
+    assert tiny.reused_tokens - before >= 5 * prompt  # passes 2-6 each skipped at least the prompt
+    assert tiny._reuse.kept is None  # nothing outlives the block
+    with tiny.reusing_prefix():  # an unrelated prompt shares no prefix: computed whole, same answer
+        other = tiny.generate([PROMPTS[0]], max_new_tokens=8)[0]
+    assert other == tiny.generate([PROMPTS[0]], max_new_tokens=8)[0]
+
+
 class _Canned(BaseHTTPRequestHandler):
     seen: list[dict] = []
 

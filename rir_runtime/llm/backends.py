@@ -7,8 +7,12 @@ string (`factory.make_backend`).
 
 from __future__ import annotations
 
+import copy
+import inspect
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from rir_runtime.errors import RIRError
@@ -51,6 +55,53 @@ class TransformersBackend:
         self.device, self.max_batch_size = device, max(1, max_batch_size)
         self._stop_strings_ok = True  # cleared when a tokenizer cannot build stop-string tables
         self._prefix_cache_ok = True  # cleared when a cache class cannot be repeated over a batch
+        self._reuse = threading.local()  # this thread's `reusing_prefix` block: (token ids, their KV cache)
+        self.reused_tokens = 0  # prompt tokens served from a kept KV cache, for benchmarks
+
+    @contextmanager
+    def reusing_prefix(self) -> Iterator[None]:
+        """Within the block, a one-prompt call whose tokens begin like the previous call's (a reply
+        written pass by pass, as a structured reflection is) starts from that call's KV cache instead
+        of recomputing the shared prefix. Only inside the block and only in this thread: its first
+        call computes everything, so what the block returns depends on its own calls alone."""
+        self._reuse.kept, self._reuse.active = None, True
+        try:
+            yield
+        finally:
+            self._reuse.kept, self._reuse.active = None, False
+
+    def _cache_kw(self) -> str:
+        """transformers 5.x renamed `past_key_values` to `cache` (the old name is deprecated until 5.40)."""
+        inner = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model  # PEFT
+        return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+
+    def _kept_prefix(self, row: list[int]) -> tuple[Any, int]:
+        """(a copy of the kept KV cache cut to the longest prefix `row` shares with it, its length);
+        (None, 0) outside `reusing_prefix` or when nothing is shared. At least one token of `row` is
+        left to compute: generation and scoring need the logits of its last position."""
+        kept = getattr(self._reuse, "kept", None)
+        if kept is None:
+            return None, 0
+        ids, cache = kept
+        n, limit = 0, min(len(ids), len(row) - 1)
+        while n < limit and ids[n] == row[n]:
+            n += 1
+        if n == 0:
+            return None, 0
+        prefix = copy.deepcopy(cache)
+        prefix.crop(n - len(ids))  # a negative count: the tokens to drop from the end
+        self.reused_tokens += n
+        return prefix, n
+
+    def _keep(self, ids: list[int], cache: Any) -> None:
+        """Keep `cache` (over `ids`) for the next call of a `reusing_prefix` block. Only caches made
+        of plain full-attention layers: a sliding-window layer (Gemma 3) cannot be cut back safely."""
+        from transformers.cache_utils import DynamicLayer
+
+        if not getattr(self._reuse, "active", False) or cache is None:
+            return
+        plain = all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None]))
+        self._reuse.kept = (ids[: cache.get_seq_length()], cache) if plain else None
 
     def _encode(self, prompt: Prompt) -> list[int]:
         """Chat messages through the chat template (which adds BOS itself); raw text with specials.
@@ -103,6 +154,10 @@ class TransformersBackend:
             kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        reusing = len(rows) == 1 and getattr(self._reuse, "active", False)
+        if reusing:
+            prefix, _ = self._kept_prefix(rows[0])
+            kwargs.update(return_dict_in_generate=True, **({self._cache_kw(): prefix} if prefix is not None else {}))
         with torch.inference_mode():
             out = None
             if stop and self._stop_strings_ok:
@@ -112,8 +167,13 @@ class TransformersBackend:
                     )
                 except Exception:  # noqa: BLE001 - some tokenizers cannot build stop-string tables
                     self._stop_strings_ok = False
+                    kwargs.pop(self._cache_kw(), None)  # it may have been written to: recompute
             if out is None:
                 out = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        if reusing:
+            cache = getattr(out, "cache", None)
+            self._keep(out.sequences[0].tolist(), out.past_key_values if cache is None else cache)
+            out = out.sequences
         stopped_on = stop if stop and self._stop_strings_ok else None
         completions = []
         for row, new in zip(rows, out[:, ids.shape[1] :].tolist(), strict=True):
@@ -225,19 +285,18 @@ class TransformersBackend:
         return self._score_plain(head, tails)
 
     def _score_cached(self, head: list[int], tails: list[list[int]]) -> list[float]:
-        import copy
-        import inspect
-
         import torch
 
+        cache_kw = self._cache_kw()
+        kept, n = self._kept_prefix(head)
         with torch.inference_mode():
-            first = self.model(input_ids=torch.tensor([head], device=self.device), use_cache=True, logits_to_keep=1)
+            rest = torch.tensor([head[n:]], device=self.device)
+            reused = {cache_kw: kept, "position_ids": torch.arange(n, len(head), device=self.device)[None]} if n else {}
+            first = self.model(input_ids=rest, use_cache=True, logits_to_keep=1, **reused)
             first_lp = torch.log_softmax(first.logits[0, -1].float(), dim=-1)
-            # transformers 5.x renamed `past_key_values` to `cache` (old name deprecated until 5.40)
-            inner = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model  # PEFT
-            cache_kw = "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
             prefix = getattr(first, "cache", None)
             prefix = first.past_key_values if prefix is None else prefix
+            self._keep(head, copy.deepcopy(prefix))
             scores: list[float] = []
             for start in range(0, len(tails), self.max_batch_size):
                 chunk = tails[start : start + self.max_batch_size]
