@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rir_runtime.decisions import ANSWER_OPENING, Decision, DecisionKind, Failure, Reflection, Review, dump, parse
-from rir_runtime.errors import ParseError, RIRError, UnknownNameError
+from rir_runtime.errors import ParseError, RIRError, UnknownNameError, UserInputError
 from rir_runtime.llm.base import Backend
 from rir_runtime.prompts import DecisionContext, content_tokens, ending, fit_decision
 from rir_runtime.signals import ERROR_OBSERVATION
@@ -384,8 +384,13 @@ def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None 
         from rir_runtime.llm.tuned import read_card
 
         # `tuned:<dir>` keeps its prefix: the backend factory loads base + adapter after checking its card
-        threshold = float(read_card(arg).get("review_threshold", 0.0))
-        return PromptedController(factory(spec), name=spec, review_threshold=threshold)
+        threshold = read_card(arg).get("review_threshold", 0.0)
+        if threshold is None:  # written before calibration, which did not finish
+            raise UserInputError(
+                f"adapter {arg.removeprefix('tuned:')} has no calibrated review threshold (training stopped while "
+                "calibrating): rerun the same `rir train` command; it resumes from the last checkpoint and calibrates"
+            )
+        return PromptedController(factory(spec), name=spec, review_threshold=float(threshold))
     raise UnknownNameError("controller", spec, list(CONTROLLER_KINDS))
 
 

@@ -11,6 +11,7 @@ import pytest
 from eval.metrics import auroc, best_threshold, binary_quality
 from rir_runtime.controllers import PromptedController, make_controller
 from rir_runtime.envs.checkpoints import Step
+from rir_runtime.errors import UserInputError
 from rir_runtime.prompts import DecisionContext, render_decision
 
 CTX = DecisionContext("t", "goal", "", (Step(0, "look", "x", 0.0),), "x", 0.0, "schedule", (0, 1))
@@ -106,3 +107,31 @@ def test_calibration_writes_the_threshold_that_tuned_controllers_use(tmp_path: P
     assert calibration["balanced_accuracy_at_threshold"] >= calibration["balanced_accuracy_at_0"]
     controller = make_controller(f"tuned:{out}")
     assert isinstance(controller, PromptedController) and controller.review_threshold == card["review_threshold"]
+    # a run killed while calibrating leaves the card's pending null: refused, with the way out
+    (out / "rir_controller.json").write_text(json.dumps({**card, "review_threshold": None}))
+    with pytest.raises(UserInputError, match="no calibrated review threshold.*rerun the same `rir train`"):
+        make_controller(f"tuned:{out}")
+
+
+def test_the_card_holds_a_pending_threshold_until_calibration_writes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The card is written before calibration loads the adapter; a kill in between leaves `null`."""
+    import types
+
+    import train.calibrate
+    from train.args import TrainScriptArguments
+    from train.card import write_adapter_files
+
+    def killed(*_args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train.calibrate, "calibrate_review", killed)
+    card = {"base_model": "tiny-random-llama", "base_model_path": "", "fingerprints": {}, "stage": "sft"}
+    training = types.SimpleNamespace(to_dict=lambda: {})
+    script = TrainScriptArguments(calibrate_review=True)
+    with pytest.raises(KeyboardInterrupt):
+        write_adapter_files(str(tmp_path), {**card, "decision_types": ["review"]}, script, training, script)
+    assert json.loads((tmp_path / "rir_controller.json").read_text())["review_threshold"] is None
+    write_adapter_files(str(tmp_path), {**card, "decision_types": ["locate"]}, script, training, script)
+    assert "review_threshold" not in json.loads((tmp_path / "rir_controller.json").read_text())

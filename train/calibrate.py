@@ -47,7 +47,7 @@ def calibrate_review(adapter_dir: str, data: str, split: str = "validation", max
     labels = [m["label"] == "recover" for m in metas]
     if len(set(labels)) < 2:
         print(f"calibration skipped: the {split} review rows do not hold both labels", file=sys.stderr)
-        return {}
+        return write_record(adapter_dir, {"review_threshold": 0.0, "review_calibration": {"skipped": "one label"}})
     margins = review_margins(adapter_dir, metas)
     threshold = best_threshold(labels, margins)
     at_zero = binary_quality(labels, [m > 0 for m in margins], margins)
@@ -64,12 +64,18 @@ def calibrate_review(adapter_dir: str, data: str, split: str = "validation", max
             "f1_at_threshold": tuned.f1,
         },
     }
-    path = Path(adapter_dir) / CARD
-    card = json.loads(path.read_text())
-    path.write_text(json.dumps({**card, **record}, indent=2) + "\n")
+    write_record(adapter_dir, record)
     print(
         f"review threshold {threshold:+.3f}: balanced accuracy {at_zero.balanced_accuracy:.1%} at 0 -> "
         f"{tuned.balanced_accuracy:.1%} on {len(labels)} {split} rows (AUROC {tuned.auroc:.3f})",
         file=sys.stderr,
     )
+    return record
+
+
+def write_record(adapter_dir: str, record: dict[str, Any]) -> dict[str, Any]:
+    """Merge `record` into the adapter card; returns it."""
+    path = Path(adapter_dir) / CARD
+    card = json.loads(path.read_text())
+    path.write_text(json.dumps({**card, **record}, indent=2) + "\n")
     return record

@@ -134,3 +134,19 @@ def write_resolved_config(output_dir: str, script_args: Any, training_args: Any,
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     resolved = {"script": asdict(script_args), "training": training_args.to_dict(), "model": asdict(model_args)}
     (Path(output_dir) / RESOLVED_CONFIG).write_text(json.dumps(resolved, indent=2, default=str) + "\n")
+
+
+def write_adapter_files(
+    output_dir: str, card: dict[str, Any], script_args: Any, training_args: Any, model_args: Any
+) -> None:
+    """The card and resolved config after training; then, for a review adapter, the calibrated
+    threshold. Until calibration writes it, the card says `review_threshold: null`, which a
+    `tuned:` controller refuses: a run killed in between cannot be served at an uncalibrated 0."""
+    calibrate = script_args.calibrate_review and "review" in card["decision_types"]
+    extra = {**(card.get("extra") or {}), **({"review_threshold": None} if calibrate else {})}
+    write_card(output_dir, **{**card, "extra": extra})
+    write_resolved_config(output_dir, script_args, training_args, model_args)
+    if calibrate:
+        from train.calibrate import calibrate_review
+
+        calibrate_review(output_dir, script_args.data, script_args.eval_split, script_args.calibration_rows)

@@ -30,7 +30,7 @@ from train.args import TrainScriptArguments
 
 def main(script_args: TrainScriptArguments, training_args, model_args):
     """Train and save the adapter into output_dir; returns the trainer (state, logs, model)."""
-    from train.card import write_card, write_resolved_config
+    from train.card import write_adapter_files
     from train.crashes import last_checkpoint, oom_advice
     from train.distributed import end_training
 
@@ -40,14 +40,7 @@ def main(script_args: TrainScriptArguments, training_args, model_args):
 
     trainer.save_model(training_args.output_dir)  # adapter + tokenizer
     if trainer.accelerator.is_main_process:
-        write_card(training_args.output_dir, **card)
-        write_resolved_config(training_args.output_dir, script_args, training_args, model_args)
-        if script_args.calibrate_review and "review" in card["decision_types"]:
-            from train.calibrate import calibrate_review
-
-            calibrate_review(
-                training_args.output_dir, script_args.data, script_args.eval_split, script_args.calibration_rows
-            )
+        write_adapter_files(training_args.output_dir, card, script_args, training_args, model_args)
     trainer.accelerator.print(f"adapter saved to {training_args.output_dir}")
     end_training(trainer)  # finish trackers, destroy the process group
     return trainer
