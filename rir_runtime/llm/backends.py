@@ -96,10 +96,10 @@ class TransformersBackend:
     def _keep(self, ids: list[int], cache: Any) -> None:
         """Keep `cache` (over `ids`) for the next call of a `reusing_prefix` block. Only caches made
         of plain full-attention layers: a sliding-window layer (Gemma 3) cannot be cut back safely."""
-        from transformers.cache_utils import DynamicLayer
-
         if not getattr(self._reuse, "active", False) or cache is None:
             return
+        from transformers.cache_utils import DynamicLayer
+
         plain = all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None]))
         self._reuse.kept = (ids[: cache.get_seq_length()], cache) if plain else None
 
@@ -296,7 +296,7 @@ class TransformersBackend:
             first_lp = torch.log_softmax(first.logits[0, -1].float(), dim=-1)
             prefix = getattr(first, "cache", None)
             prefix = first.past_key_values if prefix is None else prefix
-            self._keep(head, copy.deepcopy(prefix))
+            self._keep(head, prefix)  # never written to below (each chunk repeats a copy); reuse copies it again
             scores: list[float] = []
             for start in range(0, len(tails), self.max_batch_size):
                 chunk = tails[start : start + self.max_batch_size]
