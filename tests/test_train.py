@@ -292,7 +292,7 @@ def test_dpo_continues_the_sft_adapter(sft_run, data: Path, tmp_path: Path) -> N
 
 
 def test_dpo_rejects_an_adapter_of_another_base(sft_run, tmp_path: Path) -> None:
-    from train.dpo import check_same_base
+    from train.models import check_same_base
 
     with pytest.raises(UserInputError, match="was trained on base model '/nonexistent/base'"):
         check_same_base({"base_model": "/nonexistent/base"}, "x", "tiny-random-llama", "/tmp")

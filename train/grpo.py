@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
@@ -93,22 +91,10 @@ class GRPOScriptArguments(TrainScriptArguments):
 
 def main(script_args: GRPOScriptArguments, training_args, model_args):
     """Train and save the adapter into output_dir; returns the trainer (state, logs, model)."""
-    from train.card import write_adapter_files
-    from train.crashes import last_checkpoint, oom_advice
-    from train.distributed import end_training
+    from train.run import train_and_save
 
     trainer, card = build_trainer(script_args, training_args, model_args)
-    with oom_advice(training_args):
-        trainer.train(resume_from_checkpoint=last_checkpoint(training_args))
-
-    trainer.save_model(training_args.output_dir)
-    if trainer.accelerator.is_main_process:
-        shutil.rmtree(Path(training_args.output_dir) / "ref", ignore_errors=True)  # the frozen KL reference
-        trainer.save_state()  # trainer_state.json: the reward curve
-        write_adapter_files(training_args.output_dir, card, script_args, training_args, model_args)
-    trainer.accelerator.print(f"adapter saved to {training_args.output_dir}")
-    end_training(trainer)  # finish trackers, destroy the process group
-    return trainer
+    return train_and_save(trainer, card, script_args, training_args, model_args)
 
 
 class NoSignalWarning(TrainerCallback):
@@ -149,24 +135,16 @@ def reward_functions(script_args: GRPOScriptArguments) -> list[Any]:
 
 def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
     """(GRPOTrainer on the SFT adapter, or on a fresh LoRA adapter; the adapter card's fields)."""
-    from peft import PeftModel
-    from trl import GRPOTrainer, get_peft_config
+    from trl import GRPOTrainer
 
-    from rir_runtime.llm.tuned import read_card
     from train.distributed import check_launch, main_process_first
-    from train.dpo import check_same_base
     from train.grpo_data import load_grpo_datasets, prefill_answers, value_summary
-    from train.models import check_lora_targets, load_base_model, load_tokenizer, resolve_base
+    from train.models import load_tokenizer, resolve_start, trainable_model
 
     check_launch(training_args)
     sft_adapter = script_args.sft_adapter
-    sft_card = read_card(sft_adapter) if sft_adapter else None
-    if sft_card and not script_args.model and not model_args.model_name_or_path:
-        script_args.model = sft_card["base_model"]
     with main_process_first(training_args, "preparing the model and datasets"):
-        base_name, base_path = resolve_base(script_args, model_args)
-        if sft_adapter and sft_card:
-            check_same_base(sft_card, sft_adapter, base_name, base_path)
+        base_name, base_path, _ = resolve_start(script_args, model_args)
         tokenizer = load_tokenizer(sft_adapter or base_path)
         need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
         train_ds, eval_ds, fingerprints, types = load_grpo_datasets(script_args, need_eval, training_args.seed)
@@ -174,14 +152,8 @@ def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
             train_ds = prefill_answers(train_ds, tokenizer)
             eval_ds = prefill_answers(eval_ds, tokenizer) if eval_ds is not None else None
 
-    model = load_base_model(base_path, model_args, training_args)
-    if sft_adapter:
-        model = PeftModel.from_pretrained(model, sft_adapter, is_trainable=True)
-        peft_config = None  # with beta > 0, TRL copies the loaded adapter into a frozen "ref" adapter
-    else:
-        model_args.use_peft = True
-        peft_config = get_peft_config(model_args)
-        check_lora_targets(model, peft_config, base_name)
+    # with beta > 0 and an SFT adapter, TRL copies it into a frozen "ref" adapter (the KL reference)
+    model, peft_config = trainable_model(base_name, base_path, sft_adapter, model_args, training_args)
 
     trainer = GRPOTrainer(
         model=model,

@@ -1,6 +1,7 @@
 """The base model of a training run: its name resolved through the registry, the model and tokenizer
 loaded, and the configured LoRA targets checked against it (a wrong name gets the list of the model's
-linear layers, which is what `lora_target_modules` can name).
+linear layers, which is what `lora_target_modules` can name). DPO and GRPO may start from an SFT
+adapter instead of a fresh LoRA adapter: it must sit on the same base model.
 """
 
 from __future__ import annotations
@@ -24,6 +25,55 @@ def resolve_base(script_args: TrainScriptArguments, model_args: Any) -> tuple[st
         )
     model_args.model_name_or_path = str(local_path(name))
     return name, model_args.model_name_or_path
+
+
+def resolve_start(script_args: Any, model_args: Any) -> tuple[str, str, dict | None]:
+    """(base name, base path, the SFT adapter's card or None). A run that continues `sft_adapter`
+    trains on that adapter's base model unless --model names another, which must then be the same."""
+    from rir_runtime.llm.tuned import read_card
+
+    adapter = getattr(script_args, "sft_adapter", None)
+    card = read_card(adapter) if adapter else None
+    if card and not script_args.model and not model_args.model_name_or_path:
+        script_args.model = card["base_model"]
+    base_name, base_path = resolve_base(script_args, model_args)
+    if adapter and card:
+        check_same_base(card, adapter, base_name, base_path)
+    return base_name, base_path, card
+
+
+def check_same_base(card: dict, adapter: str, base_name: str, base_path: str) -> None:
+    """The SFT adapter must sit on the base model we load (else the LoRA shapes or meaning differ)."""
+    from pathlib import Path
+
+    from rir_runtime.llm.tuned import base_model_location
+
+    if card["base_model"] == base_name or Path(base_model_location(card)).resolve() == Path(base_path).resolve():
+        return
+    raise UserInputError(
+        f"sft_adapter {adapter} was trained on base model '{card['base_model']}', but the model "
+        f"is '{base_name}': drop --model (the adapter's base is used) or pass "
+        f"--model {card['base_model']}"
+    )
+
+
+def trainable_model(
+    base_name: str, base_path: str, sft_adapter: str | None, model_args: Any, training_args: Any
+) -> tuple[Any, Any]:
+    """(model, peft_config for the trainer). With `sft_adapter` the base model carries that adapter,
+    trainable (TRL then keeps a frozen copy as the reference, and needs no peft_config); otherwise
+    the trainer adds a fresh LoRA adapter from the config's LoRA keys."""
+    from trl import get_peft_config
+
+    model = load_base_model(base_path, model_args, training_args)
+    if sft_adapter:
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(model, sft_adapter, is_trainable=True), None
+    model_args.use_peft = True  # we always train a LoRA adapter; LoRA settings come from ModelConfig
+    peft_config = get_peft_config(model_args)
+    check_lora_targets(model, peft_config, base_name)
+    return model, peft_config
 
 
 def load_base_model(path: str, model_args: Any, training_args: Any) -> Any:

@@ -30,29 +30,19 @@ from train.args import TrainScriptArguments
 
 def main(script_args: TrainScriptArguments, training_args, model_args):
     """Train and save the adapter into output_dir; returns the trainer (state, logs, model)."""
-    from train.card import write_adapter_files
-    from train.crashes import last_checkpoint, oom_advice
-    from train.distributed import end_training
+    from train.run import train_and_save
 
     trainer, card = build_trainer(script_args, training_args, model_args)
-    with oom_advice(training_args):
-        trainer.train(resume_from_checkpoint=last_checkpoint(training_args))
-
-    trainer.save_model(training_args.output_dir)  # adapter + tokenizer
-    if trainer.accelerator.is_main_process:
-        write_adapter_files(training_args.output_dir, card, script_args, training_args, model_args)
-    trainer.accelerator.print(f"adapter saved to {training_args.output_dir}")
-    end_training(trainer)  # finish trackers, destroy the process group
-    return trainer
+    return train_and_save(trainer, card, script_args, training_args, model_args)
 
 
 def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
     """(SFTTrainer with a fresh LoRA adapter, the adapter card's fields)."""
-    from trl import SFTTrainer, get_peft_config
+    from trl import SFTTrainer
 
     from train.data import drop_overlong, load_datasets
     from train.distributed import check_launch, main_process_first
-    from train.models import check_lora_targets, load_base_model, load_tokenizer, resolve_base
+    from train.models import load_tokenizer, resolve_base, trainable_model
 
     check_launch(training_args)
     with main_process_first(training_args, "preparing the model and datasets"):
@@ -63,10 +53,7 @@ def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
         train_ds = drop_overlong(train_ds, tokenizer, training_args.max_length, "train")
         eval_ds = drop_overlong(eval_ds, tokenizer, training_args.max_length, "eval")
 
-    model_args.use_peft = True  # we always train a LoRA adapter; LoRA settings come from ModelConfig
-    peft_config = get_peft_config(model_args)
-    model = load_base_model(base_path, model_args, training_args)
-    check_lora_targets(model, peft_config, base_name)
+    model, peft_config = trainable_model(base_name, base_path, None, model_args, training_args)
 
     trainer = SFTTrainer(
         model=model,
