@@ -144,7 +144,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
     check_launch(training_args)
     sft_adapter = script_args.sft_adapter
     with main_process_first(training_args, "preparing the model and datasets"):
-        base_name, base_path, _ = resolve_start(script_args, model_args)
+        base_name, base_path = resolve_start(script_args, model_args)
         tokenizer = load_tokenizer(sft_adapter or base_path)
         need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
         train_ds, eval_ds, fingerprints, types = load_grpo_datasets(script_args, need_eval, training_args.seed)

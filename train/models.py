@@ -7,6 +7,7 @@ adapter instead of a fresh LoRA adapter: it must sit on the same base model.
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Any
 
 from rir_runtime.errors import UserInputError
@@ -27,9 +28,9 @@ def resolve_base(script_args: TrainScriptArguments, model_args: Any) -> tuple[st
     return name, model_args.model_name_or_path
 
 
-def resolve_start(script_args: Any, model_args: Any) -> tuple[str, str, dict | None]:
-    """(base name, base path, the SFT adapter's card or None). A run that continues `sft_adapter`
-    trains on that adapter's base model unless --model names another, which must then be the same."""
+def resolve_start(script_args: Any, model_args: Any) -> tuple[str, str]:
+    """(base name, base path) of a run. A run that continues `sft_adapter` trains on that adapter's
+    base model unless --model names another, which must then be the same."""
     from rir_runtime.llm.tuned import read_card
 
     adapter = getattr(script_args, "sft_adapter", None)
@@ -39,13 +40,11 @@ def resolve_start(script_args: Any, model_args: Any) -> tuple[str, str, dict | N
     base_name, base_path = resolve_base(script_args, model_args)
     if adapter and card:
         check_same_base(card, adapter, base_name, base_path)
-    return base_name, base_path, card
+    return base_name, base_path
 
 
 def check_same_base(card: dict, adapter: str, base_name: str, base_path: str) -> None:
     """The SFT adapter must sit on the base model we load (else the LoRA shapes or meaning differ)."""
-    from pathlib import Path
-
     from rir_runtime.llm.tuned import base_model_location
 
     if card["base_model"] == base_name or Path(base_model_location(card)).resolve() == Path(base_path).resolve():
