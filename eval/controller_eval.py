@@ -37,6 +37,10 @@ class ControllerEvalConfig:
         default=-1,
         metadata={"help": "reflection rows at most (each is several generations: slow on a CPU); -1: max_rows"},
     )
+    source: list[str] = field(
+        default_factory=list,
+        metadata={"help": "score only rows from these rollout folders (path or folder name); empty: all rows"},
+    )
     out: str = field(default="runs/eval-controller", metadata={"help": "output folder"})
 
     def __post_init__(self) -> None:
@@ -46,7 +50,14 @@ class ControllerEvalConfig:
                 raise ValueError("the oracle produced these labels; score heuristic, prompted:<m> or tuned:<adapter>")
 
 
-def _rows(data: Path, name: str, split: str, max_rows: int) -> list[dict[str, Any]]:
+def from_source(row: dict[str, Any], source: list[str]) -> bool:
+    run = str(row["meta"].get("source_run", ""))
+    return not source or run in source or Path(run).name in source
+
+
+def _rows(data: Path, name: str, split: str, max_rows: int, source: list[str]) -> list[dict[str, Any]]:
+    """The split's scorable rows from the given rollouts; a cap takes evenly spaced rows, since rows
+    come in blocks by rollout folder and task and the first N would be one block."""
     from datasets import load_from_disk
 
     folder = data / name
@@ -55,12 +66,15 @@ def _rows(data: Path, name: str, split: str, max_rows: int) -> list[dict[str, An
     dataset = load_from_disk(str(folder))
     if split not in dataset:
         return []
-    rows = dataset[split]
-    rows = rows.select(range(min(max_rows, len(rows)))) if max_rows else rows
-    return [r for r in rows if r["meta"].get("context")]
+    rows = [r for r in dataset[split] if r["meta"].get("context") and from_source(r, source)]
+    if max_rows and len(rows) > max_rows:
+        rows = [rows[i * len(rows) // max_rows] for i in range(max_rows)]
+    return rows
 
 
-def score_controller(spec: str, data: Path, split: str, max_rows: int, max_reflect_rows: int = -1) -> dict[str, Any]:
+def score_controller(
+    spec: str, data: Path, split: str, max_rows: int, max_reflect_rows: int = -1, source: list[str] | None = None
+) -> dict[str, Any]:
     """All metrics of one controller; a metric without rows is None."""
     from tqdm import tqdm
 
@@ -88,7 +102,7 @@ def score_controller(spec: str, data: Path, split: str, max_rows: int, max_refle
             latency.append(time.perf_counter() - start)
         return answered[key]
 
-    review = _rows(data, "review_sft", split, max_rows)
+    review = _rows(data, "review_sft", split, max_rows, source or [])
     labels, predictions, scores = [], [], []
     for row in tqdm(review, desc=f"{spec}: review", file=sys.stderr, mininterval=2.0):
         decision = decide("review", row)
@@ -101,7 +115,7 @@ def score_controller(spec: str, data: Path, split: str, max_rows: int, max_refle
         m.update({f"review_{k}": v for k, v in q.to_dict().items()})
         m["review_margins"] = scores
 
-    locate = _rows(data, "locate_sft", split, max_rows)
+    locate = _rows(data, "locate_sft", split, max_rows, source or [])
     coarse = [row for row in locate if row["meta"]["decision"] == "locate_coarse"]
     fine = [row for row in locate if row["meta"]["decision"] == "locate_fine"]
     if coarse:
@@ -116,7 +130,7 @@ def score_controller(spec: str, data: Path, split: str, max_rows: int, max_refle
         )
 
     reflect_cap = max_rows if max_reflect_rows < 0 else max_reflect_rows
-    reflect = _rows(data, "reflect_sft", split, reflect_cap) if reflect_cap or not max_rows else []
+    reflect = _rows(data, "reflect_sft", split, reflect_cap, source or []) if reflect_cap or not max_rows else []
     if reflect:
         valid = matches = 0
         for row in reflect:
@@ -131,7 +145,7 @@ def score_controller(spec: str, data: Path, split: str, max_rows: int, max_refle
             reflect_failure_action_match=matches / len(reflect),
         )
 
-    prefs = _rows(data, "reflect_pref", split, reflect_cap) if reflect_cap or not max_rows else []
+    prefs = _rows(data, "reflect_pref", split, reflect_cap, source or []) if reflect_cap or not max_rows else []
     if prefs:
         wins = 0
         for row in prefs:
@@ -185,11 +199,12 @@ def _cell(key: str, res: dict[str, Any]) -> str:
     return f"{value:.1%}"
 
 
-def markdown(results: list[dict[str, Any]], split: str) -> str:
+def markdown(results: list[dict[str, Any]], split: str, source: list[str] | None = None) -> str:
     """One table: metrics as rows, controllers as columns (the majority baseline is the bar to clear)."""
     names = [r["controller"] for r in results]
+    rows_from = f", rows from {', '.join(f'`{Path(s).name}`' for s in source)}" if source else ""
     lines = [
-        f"# Controller decision quality ({split} split)",
+        f"# Controller decision quality ({split} split{rows_from})",
         "",
         "| metric | " + " | ".join(f"`{n}`" for n in names) + " |",
         "| --- |" + " ---: |" * len(names),
@@ -204,9 +219,14 @@ def evaluate_controllers(cfg: ControllerEvalConfig) -> list[dict[str, Any]]:
     data = Path(cfg.data)
     if not (data / "review_sft").exists():
         raise UserInputError(f"{data} holds no review_sft dataset: build one with `rir build-data --out {data}`")
-    results = [score_controller(spec, data, cfg.split, cfg.max_rows, cfg.max_reflect_rows) for spec in cfg.controller]
+    results = [
+        score_controller(spec, data, cfg.split, cfg.max_rows, cfg.max_reflect_rows, cfg.source)
+        for spec in cfg.controller
+    ]
+    if not any(r.get("decisions") for r in results) and cfg.source:
+        raise UserInputError(f"no {cfg.split} rows of {data} come from {cfg.source}: check the rollout folder names")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "controller_eval.json").write_text(json.dumps({"results": results, "config": asdict(cfg)}, indent=2) + "\n")
-    (out / "controller_eval.md").write_text(markdown(results, cfg.split))
+    (out / "controller_eval.md").write_text(markdown(results, cfg.split, cfg.source))
     return results

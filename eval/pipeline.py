@@ -130,13 +130,14 @@ def run_pipeline(cfg: PipelineConfig) -> Path:
     start = time.perf_counter()
     root = Path(cfg.out)
     stages = Stages(root)
-    rollouts = [rollout_stage(stages, cfg, suite) for suite in cfg.suites if suite.train_variations]
-    data = data_stage(stages, cfg, rollouts)
-    adapter = sft_stage(stages, cfg, data)
+    rollouts = {suite.label: rollout_stage(stages, cfg, suite) for suite in cfg.suites if suite.train_variations}
+    data = data_stage(stages, cfg, list(rollouts.values()))
+    adapters = [sft_stage(stages, cfg, data)]
     if cfg.dpo_config:
-        adapter = dpo_stage(stages, cfg, data, adapter)
+        adapters.append(dpo_stage(stages, cfg, data, adapters[0]))
+    adapter = adapters[-1]
     specs = [controller_spec(c, cfg, adapter) for c in cfg.eval_controllers]
-    ce_dir = controller_eval_stage(stages, cfg, data, adapter, specs)
+    ce_dir = controller_eval_stage(stages, cfg, data, adapters, specs, row_groups(cfg, rollouts))
     eval_dirs = [eval_stage(stages, cfg, suite, adapter, specs) for suite in cfg.suites if suite.test_variations]
 
     report = root / "report.md"
@@ -218,22 +219,44 @@ def dpo_stage(stages: Stages, cfg: PipelineConfig, data: Path, sft: Path) -> Pat
     return stages.run("dpo", settings, fn, inputs=[data.name, sft.name])
 
 
-def controller_eval_stage(stages: Stages, cfg: PipelineConfig, data: Path, adapter: Path, specs: list[str]) -> Path:
-    """Offline decision quality of the controllers on the validation split (the oracle has none)."""
+def row_groups(cfg: PipelineConfig, rollouts: dict[str, Path]) -> dict[str, list[str]]:
+    """Offline scores are reported apart for rows of the scripted expert and of a suite's own agent
+    (the mistakes a learned controller should catch); with only one kind, all rows are one group."""
+    groups: dict[str, list[str]] = {}
+    for suite in cfg.suites:
+        if suite.label in rollouts:
+            own = (suite.policy or cfg.policy).startswith("llm:")
+            groups.setdefault("agent" if own else "expert", []).append(rollouts[suite.label].name)
+    return groups if len(groups) > 1 else {"": []}
+
+
+def controller_eval_stage(
+    stages: Stages,
+    cfg: PipelineConfig,
+    data: Path,
+    adapters: list[Path],
+    specs: list[str],
+    groups: dict[str, list[str]],
+) -> Path:
+    """Offline decision quality of the controllers on the validation split (the oracle has none), per
+    row group; every adapter trained (SFT, then DPO) is scored, so the report says what DPO adds."""
     from eval.controller_eval import ControllerEvalConfig, evaluate_controllers
 
+    tuned = [f"tuned:{a}" for a in adapters]
+    controllers = [c for s in specs if s != "oracle" for c in (tuned if s.startswith("tuned:") else [s])]
     cc = ControllerEvalConfig(
         data=str(data),
-        controller=[s for s in specs if s != "oracle"],
+        controller=controllers,
         max_rows=cfg.controller_eval_rows,
         max_reflect_rows=cfg.controller_eval_reflect_rows,
     )
-    return stages.run(
-        "controller-eval",
-        _key_settings(cc, "controller max_rows max_reflect_rows"),
-        lambda d: evaluate_controllers(replace(cc, out=str(d))),
-        inputs=[data.name, adapter.name],
-    )
+
+    def fn(d: Path) -> None:
+        for name, source in groups.items():
+            evaluate_controllers(replace(cc, source=source, out=str(d / name)))
+
+    settings = {**_key_settings(cc, "controller max_rows max_reflect_rows"), "groups": groups}
+    return stages.run("controller-eval", settings, fn, inputs=[data.name, *(a.name for a in adapters)])
 
 
 def eval_stage(stages: Stages, cfg: PipelineConfig, suite: Suite, adapter: Path, specs: list[str]) -> Path:
@@ -307,7 +330,13 @@ def headline(specs: list[str], evals: list[dict[str, Any]]) -> list[str]:
 
 
 def offline_verdict(ce_dir: Path, specs: list[str]) -> list[str]:
-    """Does the tuned adapter beat its base model offline (review F1, restore point exact)? Said plainly."""
+    """Does the tuned adapter beat its base model offline (review F1, restore point exact)? Said plainly,
+    once per row group."""
+    folders = sorted(p.parent for p in ce_dir.glob("**/controller_eval.json"))
+    return [line for d in folders for line in _verdict(d, specs, f" ({d.name} rows)" if d != ce_dir else "")]
+
+
+def _verdict(ce_dir: Path, specs: list[str], rows: str) -> list[str]:
     results = {r["controller"]: r for r in _load(ce_dir / "controller_eval.json").get("results", [])}
     tuned = next((results[s] for s in specs if s.startswith("tuned:") and s in results), None)
     base = next((results[s] for s in specs if s.startswith("prompted:") and s in results), None)
@@ -321,14 +350,12 @@ def offline_verdict(ce_dir: Path, specs: list[str]) -> list[str]:
             (better if t > b else worse).append(f"{label} {t:.1%} vs {b:.1%}")
     if not better and not worse:
         return []
+    where = f"Offline, on held-out variations{rows}"
     if not worse:
-        return [f"Offline, on held-out variations, the tuned adapter beats its base model: {'; '.join(better)}."]
+        return [f"{where}, the tuned adapter beats its base model: {'; '.join(better)}."]
     if not better:
-        return [f"Offline, on held-out variations, the tuned adapter does not beat its base model: {'; '.join(worse)}."]
-    return [
-        f"Offline, on held-out variations, the tuned adapter beats its base model on {'; '.join(better)}, "
-        f"but not on {'; '.join(worse)}."
-    ]
+        return [f"{where}, the tuned adapter does not beat its base model: {'; '.join(worse)}."]
+    return [f"{where}, the tuned adapter beats its base model on {'; '.join(better)}, but not on {'; '.join(worse)}."]
 
 
 def benchmark_table(envs: list[str], evals: list[dict[str, Any]]) -> str:
@@ -373,9 +400,9 @@ def final_report(
             f"Details: `{d / 'report.md'}`",
             "",
         ]
-    ce = ce_dir / "controller_eval.md"
-    if ce.exists():
-        lines += ["## Offline decision quality (validation split)", "", ce.read_text().split("\n", 2)[-1], ""]
+    for ce in sorted(ce_dir.glob("**/controller_eval.md")):
+        title = ce.read_text().split("\n", 1)[0].removeprefix("# Controller decision quality")
+        lines += [f"## Offline decision quality {title}", "", ce.read_text().split("\n", 2)[-1], ""]
     lines += ["## Stage wall times", "", "| stage | seconds |", "| --- | ---: |"]
     lines += [f"| {name} | {sec:.0f} |" for name, sec in timings.items()]
     return "\n".join(lines) + "\n"

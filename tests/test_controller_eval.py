@@ -1,0 +1,58 @@
+"""Offline scoring picks the rows it is asked for: by rollout source, spread over the split."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from datasets import Dataset, DatasetDict
+
+from eval.controller_eval import _rows
+from eval.pipeline import PipelineConfig, Suite, offline_verdict, row_groups
+
+
+def write_review_rows(data: Path, sources: list[str]) -> None:
+    rows = [
+        {"prompt": f"p{i}", "meta": {"context": "{}", "source_run": f"runs/x/{src}", "index": i}}
+        for i, src in enumerate(sources)
+    ]
+    DatasetDict({"validation": Dataset.from_list(rows)}).save_to_disk(str(data / "review_sft"))
+
+
+def test_rows_keep_only_the_named_sources_and_spread_a_cap_over_them(tmp_path: Path) -> None:
+    write_review_rows(tmp_path, ["rollout-expert"] * 6 + ["rollout-agent"] * 4)
+    agent = _rows(tmp_path, "review_sft", "validation", 0, ["rollout-agent"])
+    assert [r["meta"]["index"] for r in agent] == [6, 7, 8, 9]
+    by_path = _rows(tmp_path, "review_sft", "validation", 0, ["runs/x/rollout-agent"])
+    assert len(by_path) == 4
+    spread = _rows(tmp_path, "review_sft", "validation", 3, [])
+    assert [r["meta"]["index"] for r in spread] == [0, 3, 6]  # not the first three, all of one source
+    assert _rows(tmp_path, "review_sft", "train", 3, []) == []
+
+
+def test_rows_of_the_agent_and_of_the_expert_are_scored_apart() -> None:
+    cfg = PipelineConfig(
+        suites=[
+            Suite("builtin", ["workshop-3"], "0-9", ""),
+            Suite("scienceworld", ["boil"], "0-3", "", name="sw-agent", policy="llm:agents/a"),
+        ]
+    )
+    rollouts = {"builtin": Path("runs/p/rollout-builtin"), "sw-agent": Path("runs/p/rollout-sw-agent")}
+    assert row_groups(cfg, rollouts) == {"expert": ["rollout-builtin"], "agent": ["rollout-sw-agent"]}
+    one_kind = PipelineConfig(suites=[Suite("builtin", ["workshop-3"], "0-9", "")])
+    assert row_groups(one_kind, {"builtin": Path("runs/p/rollout-builtin")}) == {"": []}
+
+
+def test_the_offline_verdict_is_said_once_per_row_group(tmp_path: Path) -> None:
+    specs = ["heuristic", "prompted:m", "tuned:runs/p/dpo"]
+    for group, tuned_f1 in (("agent", 0.6), ("expert", 0.2)):
+        results = [
+            {"controller": "prompted:m", "review_f1": 0.4, "restore_exact": 0.1},
+            {"controller": "tuned:runs/p/dpo", "review_f1": tuned_f1, "restore_exact": 0.3},
+        ]
+        (tmp_path / group).mkdir()
+        (tmp_path / group / "controller_eval.json").write_text(json.dumps({"results": results}))
+    agent, expert = offline_verdict(tmp_path, specs)
+    assert "(agent rows), the tuned adapter beats its base model: review F1" in agent
+    assert "(expert rows), the tuned adapter beats its base model on restore point exact" in expert
+    assert "but not on review F1 (recover) 20.0% vs 40.0%" in expert
