@@ -184,6 +184,7 @@ def data_stage(stages: Stages, cfg: PipelineConfig, rollouts: list[Path]) -> Pat
         max_prompt_tokens=cfg.max_prompt_tokens,
         tokenizer=cfg.base_model,
         label_value=cfg.label_value,
+        workers=cfg.workers,
     )
     settings = _key_settings(bc, "max_prompt_tokens tokenizer label_value")  # rollouts are inputs: their keys count
     return stages.run("data", settings, lambda d: build(replace(bc, out=str(d))), inputs=[p.name for p in rollouts])
