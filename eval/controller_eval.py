@@ -78,6 +78,8 @@ def score_controller(
     """All metrics of one controller; a metric without rows is None."""
     from tqdm import tqdm
 
+    source = source or []
+
     controller = make_controller(spec, _backend)
     m: dict[str, Any] = {"controller": spec}
     latency: list[float] = []
@@ -102,7 +104,7 @@ def score_controller(
             latency.append(time.perf_counter() - start)
         return answered[key]
 
-    review = _rows(data, "review_sft", split, max_rows, source or [])
+    review = _rows(data, "review_sft", split, max_rows, source)
     labels, predictions, scores = [], [], []
     for row in tqdm(review, desc=f"{spec}: review", file=sys.stderr, mininterval=2.0):
         decision = decide("review", row)
@@ -115,7 +117,7 @@ def score_controller(
         m.update({f"review_{k}": v for k, v in q.to_dict().items()})
         m["review_margins"] = scores
 
-    locate = _rows(data, "locate_sft", split, max_rows, source or [])
+    locate = _rows(data, "locate_sft", split, max_rows, source)
     coarse = [row for row in locate if row["meta"]["decision"] == "locate_coarse"]
     fine = [row for row in locate if row["meta"]["decision"] == "locate_fine"]
     if coarse:
@@ -130,7 +132,7 @@ def score_controller(
         )
 
     reflect_cap = max_rows if max_reflect_rows < 0 else max_reflect_rows
-    reflect = _rows(data, "reflect_sft", split, reflect_cap, source or []) if reflect_cap or not max_rows else []
+    reflect = _rows(data, "reflect_sft", split, reflect_cap, source) if reflect_cap or not max_rows else []
     if reflect:
         valid = matches = 0
         for row in reflect:
@@ -145,7 +147,7 @@ def score_controller(
             reflect_failure_action_match=matches / len(reflect),
         )
 
-    prefs = _rows(data, "reflect_pref", split, reflect_cap, source or []) if reflect_cap or not max_rows else []
+    prefs = _rows(data, "reflect_pref", split, reflect_cap, source) if reflect_cap or not max_rows else []
     if prefs:
         wins = 0
         for row in prefs:

@@ -402,8 +402,9 @@ def final_report(
             "",
         ]
     for ce in sorted(ce_dir.glob("**/controller_eval.md")):
-        title = ce.read_text().split("\n", 1)[0].removeprefix("# Controller decision quality")
-        lines += [f"## Offline decision quality {title}", "", ce.read_text().split("\n", 2)[-1], ""]
+        title, _, table_text = ce.read_text().partition("\n\n")
+        title = title.removeprefix("# Controller decision quality")
+        lines += [f"## Offline decision quality {title}", "", table_text, ""]
     lines += ["## Stage wall times", "", "| stage | seconds |", "| --- | ---: |"]
     lines += [f"| {name} | {sec:.0f} |" for name, sec in timings.items()]
     return "\n".join(lines) + "\n"
