@@ -23,6 +23,7 @@ from rir_runtime.decisions import Decision, DecisionKind, parse
 from rir_runtime.errors import ParseError, UserInputError
 from rir_runtime.jobs import _backend, check_controller_name
 from rir_runtime.prompts import DecisionContext
+from train.reward_eval import decision_reward, review_weights
 
 
 @dataclass
@@ -92,6 +93,14 @@ def score_controller(
     }
 
     answered: dict[tuple[str, str], Decision] = {}
+    weights = review_weights(data)
+    rewards: dict[str, list[float]] = {}
+
+    def reward(kind: DecisionKind, row: dict[str, Any], decision: Decision) -> None:
+        """Record the GRPO reward of a review or locate decision (rows without values have none)."""
+        value = decision_reward(kind, decision.value, row, weights)
+        if value is not None:
+            rewards.setdefault("review" if kind == "review" else "locate", []).append(value)
 
     def decide(kind: DecisionKind, row: dict[str, Any]) -> Decision:
         """The controller's decision on the row's situation; a situation that several rows share
@@ -108,6 +117,7 @@ def score_controller(
     labels, predictions, scores = [], [], []
     for row in tqdm(review, desc=f"{spec}: review", file=sys.stderr, mininterval=2.0):
         decision = decide("review", row)
+        reward("review", row, decision)
         labels.append(row["meta"]["label"] == "recover")
         predictions.append(decision.value.recover)
         # a ranked controller's log-odds margin orders the rows; a rule's verdict is its only score
@@ -120,6 +130,8 @@ def score_controller(
     locate = _rows(data, "locate_sft", split, max_rows, source)
     coarse = [row for row in locate if row["meta"]["decision"] == "locate_coarse"]
     fine = [row for row in locate if row["meta"]["decision"] == "locate_fine"]
+    for row in locate:
+        reward(row["meta"]["decision"], row, decide(row["meta"]["decision"], row))
     if coarse:
         hits = sum(int(decide("locate_coarse", row).value) == int(row["meta"]["label"]) for row in coarse)
         m.update(coarse_rows=len(coarse), coarse_accuracy=hits / len(coarse))
@@ -130,6 +142,11 @@ def score_controller(
             restore_exact=sum(d == 0 for d in diffs) / len(fine),
             restore_within_one=sum(d <= 1 for d in diffs) / len(fine),
         )
+
+    for name, values in rewards.items():
+        m[f"{name}_reward"] = sum(values) / len(values)
+    every = [v for values in rewards.values() for v in values]
+    m["mean_reward"] = sum(every) / len(every) if every else None
 
     reflect_cap = max_rows if max_reflect_rows < 0 else max_reflect_rows
     reflect = _rows(data, "reflect_sft", split, reflect_cap, source) if reflect_cap or not max_rows else []
@@ -183,6 +200,9 @@ METRICS = [
     ("coarse_accuracy", "coarse segment accuracy"),
     ("restore_exact", "restore point exact"),
     ("restore_within_one", "restore point within one step"),
+    ("review_reward", "GRPO reward: review"),
+    ("locate_reward", "GRPO reward: locate (coarse and fine)"),
+    ("mean_reward", "GRPO reward: mean over review and locate rows"),
     ("reflect_json_valid", "reflection JSON valid"),
     ("reflect_failure_action_match", "reflection names the fatal action"),
     ("reflect_pref_win_rate", "reflection preference win rate"),
@@ -196,7 +216,7 @@ def _cell(key: str, res: dict[str, Any]) -> str:
         return "-"
     if key == "review_rows":
         return f"{value} ({res.get('review_positives', 0)})"
-    if key in ("review_auroc", "latency_s"):
+    if key in ("review_auroc", "latency_s") or key.endswith("reward"):
         return f"{value:.3f}"
     return f"{value:.1%}"
 

@@ -204,15 +204,13 @@ def _cols(row: dict[str, Any]) -> dict[str, list[Any]]:
 
 
 # --- scoring controllers with the reward ------------------------------------------------------------
-def test_reward_eval_scores_each_controllers_decisions(built: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A controller that answers every row's hindsight label earns each row's best reward; the
-    heuristic earns at most that, on the same rows."""
+def test_eval_controller_scores_each_controllers_reward(built: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the offline table, a controller that answers every row's hindsight label earns each row's
+    best reward; the heuristic earns at most that, on the same rows."""
     from datasets import load_from_disk
 
-    from rir_runtime import controllers
+    from eval import controller_eval
     from rir_runtime.decisions import Decision
-    from train.grpo_data import view_row
-    from train.reward_eval import RewardEvalConfig, evaluate
 
     labels = {r["meta"]["context"] + r["meta"]["decision"]: r["meta"]["label"] for r in _rows(built, "review_sft")} | {
         r["meta"]["context"] + r["meta"]["decision"]: r["meta"]["label"] for r in _rows(built, "locate_sft")
@@ -232,19 +230,23 @@ def test_reward_eval_scores_each_controllers_decisions(built: Path, monkeypatch:
         def locate_fine(self, ctx: Any) -> Decision:
             return self._answer("locate_fine", ctx)
 
-    real = controllers.make_controller
-    monkeypatch.setattr(controllers, "make_controller", lambda spec: Hindsight() if spec == "label" else real(spec))
-    best, heuristic = evaluate(RewardEvalConfig(data=str(built), controller=["label", "heuristic"]))
+        reflect = None
+
+    real = controller_eval.make_controller
+    monkeypatch.setattr(controller_eval, "make_controller", lambda s, b: Hindsight() if s == "label" else real(s, b))
+    best, heuristic = (
+        controller_eval.score_controller(s, built, "validation", 10_000, 0) for s in ("label", "heuristic")
+    )
     val = {n: load_from_disk(str(built / n))["validation"] for n in ("review_sft", "locate_sft")}
     weights = class_weights([r["meta"]["label"] for r in load_from_disk(str(built / "review_sft"))["train"]])
     views = [view_row(r, weights) for ds in val.values() for r in ds]
-    assert best["review_rows"] == len(val["review_sft"]) and best["review_reward"] == pytest.approx(
-        sum(v["weight"] for v in views if v["decision"] == "review") / best["review_rows"]
-    )
-    fine_best = [v["best_value"] for v in views if v["decision"] == "locate_fine"]
-    assert best["locate_fine_reward"] == pytest.approx(sum(fine_best) / len(fine_best))
-    for key in ("review_reward", "locate_coarse_reward", "locate_fine_reward"):
+    review_weights = [v["weight"] for v in views if v["decision"] == "review"]
+    assert best["review_reward"] == pytest.approx(sum(review_weights) / len(review_weights))
+    locate_best = [v["best_value"] for v in views if v["decision"] != "review"]
+    assert best["locate_reward"] == pytest.approx(sum(locate_best) / len(locate_best))
+    for key in ("review_reward", "locate_reward", "mean_reward"):
         assert 0.0 <= heuristic[key] <= best[key] + 1e-9, key
+    assert "GRPO reward: mean" in controller_eval.markdown([best, heuristic], "validation")
 
 
 def test_reward_curve_reads_the_runs_trainer_state(tmp_path: Path) -> None:
@@ -256,5 +258,5 @@ def test_reward_curve_reads_the_runs_trainer_state(tmp_path: Path) -> None:
     assert reward_curve(str(tmp_path)) == [(1, 0.25), (2, 0.5)]
     with pytest.raises(UserInputError, match="does not exist: pass the output folder"):
         reward_curve(str(tmp_path / "nothing"))
-    with pytest.raises(UserInputError, match="pass --controller"):
-        main(["--data", str(tmp_path)])
+    with pytest.raises(UserInputError, match="pass --curve"):
+        main([])

@@ -114,7 +114,7 @@ class NoSignalWarning(TrainerCallback):
             f"{generations} answers sampled at temperature {temperature} got the same reward "
             "(frac_reward_zero_std = 1), so every advantage is 0. The starting adapter answers one way; "
             "raise --temperature or --num_generations, or start from an adapter whose sampled answers "
-            "vary (python -m train.reward_eval scores its decisions)"
+            "vary (`rir eval-controller` scores its decisions and their rewards)"
         )
 
     def on_log(self, args, state, control, logs=None, **kwargs):
