@@ -74,12 +74,20 @@ def _rows(data: Path, name: str, split: str, max_rows: int, source: list[str]) -
 
 
 def score_controller(
-    spec: str, data: Path, split: str, max_rows: int, max_reflect_rows: int = -1, source: list[str] | None = None
+    spec: str,
+    data: Path,
+    split: str,
+    max_rows: int,
+    max_reflect_rows: int = -1,
+    source: list[str] | None = None,
+    weights: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """All metrics of one controller; a metric without rows is None."""
+    """All metrics of one controller; a metric without rows is None. `weights`: the review class
+    weights of the rewards (`review_weights(data)` when not given; pass them to score several)."""
     from tqdm import tqdm
 
     source = source or []
+    weights = review_weights(data) if weights is None else weights
 
     controller = make_controller(spec, _backend)
     m: dict[str, Any] = {"controller": spec}
@@ -93,7 +101,6 @@ def score_controller(
     }
 
     answered: dict[tuple[str, str], Decision] = {}
-    weights = review_weights(data)
     rewards: dict[str, list[float]] = {}
 
     def reward(kind: DecisionKind, row: dict[str, Any], decision: Decision) -> None:
@@ -241,8 +248,9 @@ def evaluate_controllers(cfg: ControllerEvalConfig) -> list[dict[str, Any]]:
     data = Path(cfg.data)
     if not (data / "review_sft").exists():
         raise UserInputError(f"{data} holds no review_sft dataset: build one with `rir build-data --out {data}`")
+    weights = review_weights(data)
     results = [
-        score_controller(spec, data, cfg.split, cfg.max_rows, cfg.max_reflect_rows, cfg.source)
+        score_controller(spec, data, cfg.split, cfg.max_rows, cfg.max_reflect_rows, cfg.source, weights)
         for spec in cfg.controller
     ]
     if not any(r.get("decisions") for r in results) and cfg.source:

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rir_runtime.decisions import DecisionKind, dump
 from rir_runtime.errors import UserInputError
+from train.grpo_data import view_row
 from train.rewards import DEFAULT_LATENESS, class_weights, locate_reward, review_reward
 
 
@@ -36,17 +38,18 @@ def review_weights(data: str | Path) -> dict[str, float]:
 
 
 def decision_reward(
-    kind: str, value: Any, row: dict[str, Any], weights: Mapping[str, float], lateness: float = DEFAULT_LATENESS
+    kind: DecisionKind,
+    value: Any,
+    row: dict[str, Any],
+    weights: Mapping[str, float],
+    lateness: float = DEFAULT_LATENESS,
 ) -> float | None:
     """The reward of one review or locate decision on its `*_sft` row; None for a row built without
     a value table (datasets older than the `values` column)."""
-    from rir_runtime.decisions import dump
-    from train.grpo_data import view_row
-
     if "values" not in row["meta"]:
         return None
     cols = {k: [v] for k, v in view_row(row, weights).items()}
-    answer = [dump(kind, value)]  # type: ignore[arg-type]
+    answer = [dump(kind, value)]
     reward = review_reward(answer, **cols) if kind == "review" else locate_reward(answer, **cols, lateness=lateness)
     return float(reward[0] or 0.0)
 
