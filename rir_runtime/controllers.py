@@ -25,6 +25,8 @@ from rir_runtime.prompts import DecisionContext, content_tokens, ending, fit_dec
 from rir_runtime.signals import ERROR_OBSERVATION
 from rir_runtime.structured import fill_reflection
 
+# A model controller's prompt budget when nothing says otherwise (a tuned adapter's card does).
+DEFAULT_PROMPT_TOKENS = 2048
 # Verbs that only look or move: a failure is rarely caused by them.
 PASSIVE_VERBS = {
     "look",
@@ -267,7 +269,7 @@ class PromptedController:
         backend: Backend,
         name: str,
         max_new_tokens: int = 160,
-        max_prompt_tokens: int = 2048,
+        max_prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
         rank: bool | None = None,
         review_threshold: float = 0.0,
     ) -> None:
@@ -360,6 +362,13 @@ CONTROLLER_KINDS = (
 )
 
 
+def card_prompt_tokens(card: dict) -> int:
+    """The prompt budget an adapter serves with: the one its training rows were fitted to (its card's
+    `max_prompt_tokens`), else the runtime default. A longer prompt than training saw costs time and
+    shows the adapter situations unlike its data."""
+    return int(card.get("max_prompt_tokens") or DEFAULT_PROMPT_TOKENS)
+
+
 def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None = None) -> Controller:
     """Resolve a controller name. `when=A;where=B;what=C` composes modules from three controllers."""
     if ";" in spec:
@@ -384,13 +393,16 @@ def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None 
         from rir_runtime.llm.tuned import read_card
 
         # `tuned:<dir>` keeps its prefix: the backend factory loads base + adapter after checking its card
-        threshold = read_card(arg).get("review_threshold", 0.0)
+        card = read_card(arg)
+        threshold = card.get("review_threshold", 0.0)
         if threshold is None:  # written before calibration, which did not finish
             raise UserInputError(
                 f"adapter {arg.removeprefix('tuned:')} has no calibrated review threshold (training stopped while "
                 "calibrating): rerun the same `rir train` command; it resumes from the last checkpoint and calibrates"
             )
-        return PromptedController(factory(spec), name=spec, review_threshold=float(threshold))
+        return PromptedController(
+            factory(spec), name=spec, max_prompt_tokens=card_prompt_tokens(card), review_threshold=float(threshold)
+        )
     raise UnknownNameError("controller", spec, list(CONTROLLER_KINDS))
 
 

@@ -97,6 +97,7 @@ def test_calibration_writes_the_threshold_that_tuned_controllers_use(tmp_path: P
         DatasetDict({"train": Dataset.from_list(rows[:8]), "validation": Dataset.from_list(rows[8:])}).save_to_disk(
             str(data / name)
         )
+    (data / "build.json").write_text(json.dumps({"config": {"max_prompt_tokens": 256}}))  # as `rir build-data`
     out = tmp_path / "adapter"
     argv = ["--config", str(REPO / "configs/train/sft_cpu_quick.yaml"), *FAST, "--data", str(data)]
     argv += ["--output_dir", str(out), "--max_steps", "1", "--decision_types", "review", "--eval_strategy", "no"]
@@ -107,6 +108,7 @@ def test_calibration_writes_the_threshold_that_tuned_controllers_use(tmp_path: P
     assert calibration["balanced_accuracy_at_threshold"] >= calibration["balanced_accuracy_at_0"]
     controller = make_controller(f"tuned:{out}")
     assert isinstance(controller, PromptedController) and controller.review_threshold == card["review_threshold"]
+    assert controller.max_prompt_tokens == card["max_prompt_tokens"] == 256  # served within its training budget
     # a run killed while calibrating leaves the card's pending null: refused, with the way out
     (out / "rir_controller.json").write_text(json.dumps({**card, "review_threshold": None}))
     with pytest.raises(UserInputError, match="no calibrated review threshold.*rerun the same `rir train`"):

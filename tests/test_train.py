@@ -84,6 +84,9 @@ ANSWERS = {  # decision type: (rendered kind, chosen, rejected)
 }
 
 
+PROMPT_BUDGET = 300  # what the test data's build.json says its prompts were fitted to
+
+
 def write_data(root: Path, n_train: int = 8, n_val: int = 4, drop: tuple[str, str] | None = None) -> Path:
     """`<root>/<type>_sft` and `<type>_pref` DatasetDicts; `drop=(split|column, name)` breaks them."""
     from datasets import Dataset, DatasetDict
@@ -106,6 +109,7 @@ def write_data(root: Path, n_train: int = 8, n_val: int = 4, drop: tuple[str, st
                 if not (drop and drop[0] == "split" and drop[1] == split):
                     splits[split] = ds
             DatasetDict(splits).save_to_disk(str(root / f"{dtype}_{fmt}"))
+    (root / "build.json").write_text(json.dumps({"config": {"max_prompt_tokens": PROMPT_BUDGET}}))
     return root
 
 
@@ -169,6 +173,7 @@ def test_sft_writes_adapter_with_card(sft_run) -> None:
     assert card["prompt_format_version"] == PROMPT_FORMAT_VERSION
     assert set(card["dataset_fingerprints"]) == {f"{t}_sft/{s}" for t in ANSWERS for s in ("train", "validation")}
     assert {"trl", "peft", "transformers", "torch"} <= set(card["trained_with"])
+    assert card["max_prompt_tokens"] == PROMPT_BUDGET
     for f in ("adapter_config.json", "adapter_model.safetensors", "tokenizer_config.json", "rir_train_config.json"):
         assert (out / f).is_file(), f
     logs = trainer.state.log_history
@@ -196,7 +201,7 @@ def test_sft_trains_lora_only_and_changes_outputs(sft_run) -> None:
 
     messages = _prompt("review", 0)
     answer = ANSWERS["review"][1]
-    tuned = load_tuned_backend(str(out), device="cpu")
+    tuned = load_tuned_backend(str(out), merge=False, device="cpu")
     plain = load_transformers_backend("tiny-random-llama")
     assert tuned.score(messages, [answer])[0] > plain.score(messages, [answer])[0] + 1.0
     merged = load_tuned_backend(str(out), merge=True, device="cpu")

@@ -136,6 +136,18 @@ def write_resolved_config(output_dir: str, script_args: Any, training_args: Any,
     (Path(output_dir) / RESOLVED_CONFIG).write_text(json.dumps(resolved, indent=2, default=str) + "\n")
 
 
+def data_prompt_budget(data: str) -> int | None:
+    """The prompt token budget `rir build-data` fitted the training rows to (its `build.json`), or
+    None (a Hub dataset, or one built elsewhere). The card records it so that a `tuned:` controller
+    renders its decisions within the same budget it was trained on, not the runtime's longer default."""
+    for folder in (Path(data), Path(data).parent):
+        path = folder / "build.json"
+        if path.is_file():
+            budget = json.loads(path.read_text()).get("config", {}).get("max_prompt_tokens")
+            return int(budget) if budget else None
+    return None
+
+
 def write_adapter_files(
     output_dir: str, card: dict[str, Any], script_args: Any, training_args: Any, model_args: Any
 ) -> None:
@@ -143,7 +155,12 @@ def write_adapter_files(
     threshold. Until calibration writes it, the card says `review_threshold: null`, which a
     `tuned:` controller refuses: a run killed in between cannot be served at an uncalibrated 0."""
     calibrate = script_args.calibrate_review and "review" in card["decision_types"]
-    extra = {**(card.get("extra") or {}), **({"review_threshold": None} if calibrate else {})}
+    budget = data_prompt_budget(script_args.data)
+    extra = {
+        **(card.get("extra") or {}),
+        **({"max_prompt_tokens": budget} if budget else {}),
+        **({"review_threshold": None} if calibrate else {}),
+    }
     write_card(output_dir, **{**card, "extra": extra})
     write_resolved_config(output_dir, script_args, training_args, model_args)
     if calibrate:

@@ -9,7 +9,7 @@ error, not a warning.
 A plain PEFT adapter folder (adapter_config.json and weights, no card; trained elsewhere) loads too:
 its base model is read from adapter_config.json, with a warning that its prompt format is unknown.
 
-    backend = load_tuned_backend("runs/sft-smollm2")        # base + adapter (unmerged)
+    backend = load_tuned_backend("runs/sft-smollm2")        # base + adapter, LoRA merged into the weights
     backend.generate([messages], max_new_tokens=160)
 """
 
@@ -212,7 +212,7 @@ class TunedBackend(TransformersBackend):
 
 def load_tuned_backend(
     adapter_dir: str,
-    merge: bool = False,
+    merge: bool = True,
     device: str | None = None,
     dtype: Any = "auto",
     max_batch_size: int = 16,
@@ -222,8 +222,10 @@ def load_tuned_backend(
     """A `TunedBackend` serving base model + adapter, after its card is checked.
 
     The controller passes chat messages; the backend applies the tokenizer's chat template, so the
-    served prompt is the one the adapter was trained on. `merge=True` folds LoRA into the weights
-    (faster generation; the base model is no longer reachable). A `tuned:` prefix is accepted.
+    served prompt is the one the adapter was trained on. LoRA is folded into the weights by default:
+    on a 2-core CPU a reflection then takes 6.8 s instead of 8.0 s and a ranked review 0.86 s instead
+    of 1.17 s (the demo's adapter), deciding the same up to float rounding; `merge=False`
+    keeps base and adapter apart. A `tuned:` prefix is accepted.
     """
     set_num_threads(num_threads)
     adapter_dir = adapter_dir.removeprefix("tuned:")
