@@ -2,7 +2,8 @@
 
     rir build-data --rollouts runs/rollout-builtin,runs/rollout-tw --out data/controller
 
-Writes one `DatasetDict` (train / validation) per decision type under `--out`:
+Writes one `DatasetDict` (train / validation; the review datasets also `calibration`) per decision
+type under `--out`:
 `review_sft`, `locate_sft`, `reflect_sft` (columns `prompt`, `completion`, `meta`) and
 `review_pref`, `locate_pref`, `reflect_pref` (`prompt`, `chosen`, `rejected`, `meta`), each with
 a README dataset card. Labels are cached in `--out/labels.jsonl` (append-only; a rerun resumes).
@@ -26,7 +27,7 @@ from typing import Any
 
 from data_gen.labelling import label_episodes
 from data_gen.rows import rows_for, token_counter
-from data_gen.splits import held_out_variations, split_rows, variation_key, warn_about
+from data_gen.splits import calibration_variations, held_out_variations, split_rows, variation_key, warn_about
 from rir_runtime.decisions import DecisionKind
 from rir_runtime.errors import UserInputError
 from rir_runtime.executors import EXECUTORS, check_executor
@@ -140,6 +141,15 @@ def dataset_card(
         "Train and validation never share a task variation, across all datasets of this build "
         f"(one held-out set serves them all, as training mixes them: {sides[0]} task variations on the "
         f"train side, {sides[1]} on the validation side).",
+        *(
+            [
+                "",
+                "The rows of every second held-out variation form the `calibration` split: a tuned "
+                "controller's recover threshold is fitted there, never on the validation rows it is scored on.",
+            ]
+            if "calibration" in splits
+            else []
+        ),
         "",
         "Source runs:",
     ]
@@ -172,19 +182,26 @@ def build(cfg: BuildConfig) -> dict[str, dict[str, int]]:
     held_out = held_out_variations(by_dataset, cfg.val_fraction)
     every = set().union(*by_dataset.values())
     sides = (len(every - held_out), len(every & held_out))
+    calibration = calibration_variations(by_dataset["review_sft"] & held_out)
     counts: dict[str, dict[str, int]] = {}
     for name in SFT + PREF:
         rows = all_rows.get(name, [])
         if not rows:
             print(f"skipped {name}: no examples (no labelled decision of this kind in the runs)", file=sys.stderr)
             continue
-        splits = split_rows(rows, held_out)
+        splits = split_rows(rows, held_out, calibration if name.startswith("review") else None)
         warn_about(name, splits)
         DatasetDict({s: Dataset.from_list(r) for s, r in splits.items() if r}).save_to_disk(str(out / name))
         (out / name / "README.md").write_text(dataset_card(name, splits, cfg.rollouts, cfg, sides))
         counts[name] = {s: len(r) for s, r in splits.items()}
-    summary = {"config": asdict(cfg), "counts": counts, "validation_variations": sorted(held_out)}
+    summary = {
+        "config": asdict(cfg),
+        "counts": counts,
+        "validation_variations": sorted(held_out - calibration),
+        "calibration_variations": sorted(calibration),
+    }
     (out / "build.json").write_text(json.dumps(summary, indent=2) + "\n")
     for name, c in counts.items():
-        print(f"{name:<13} train {c['train']:>5}  validation {c['validation']:>5}", file=sys.stderr)
+        calibrating = f"  calibration {c['calibration']:>5}" if "calibration" in c else ""
+        print(f"{name:<13} train {c['train']:>5}  validation {c['validation']:>5}{calibrating}", file=sys.stderr)
     return counts

@@ -1,5 +1,7 @@
 """Train and validation by task variation: one held-out set for all six datasets (training mixes them),
-grown so that every dataset with two or more variations has both sides."""
+grown so that every dataset with two or more variations has both sides. The review datasets split
+their held-out variations once more, into validation and `calibration`: the rows that set a tuned
+controller's recover threshold are then never the rows its decisions are scored on."""
 
 from __future__ import annotations
 
@@ -57,11 +59,25 @@ def held_out_variations(by_dataset: dict[str, set[str]], fraction: float) -> set
     return held
 
 
-def split_rows(rows: list[dict[str, Any]], held_out: set[str]) -> dict[str, list[dict[str, Any]]]:
-    return {
-        "train": [r for r in rows if variation_key(r["meta"]) not in held_out],
-        "validation": [r for r in rows if variation_key(r["meta"]) in held_out],
-    }
+def calibration_variations(held_out: set[str]) -> set[str]:
+    """Every second held-out variation (in a rank of its own, not the held-out set's), for the review
+    threshold's calibration; none when fewer than two are held out (then calibration falls back to
+    the validation rows it will be scored on, and says so)."""
+    if len(held_out) < 2:
+        return set()
+    return set(sorted(held_out, key=lambda key: _rank(f"calibration/{key}"))[1::2])
+
+
+def split_rows(
+    rows: list[dict[str, Any]], held_out: set[str], calibration: set[str] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """train / validation, and `calibration` (a part of the held-out variations) when it is given."""
+    calibration = calibration or set()
+    side: dict[str, list[dict[str, Any]]] = {"train": [], "validation": [], "calibration": []}
+    for r in rows:
+        key = variation_key(r["meta"])
+        side["calibration" if key in calibration else "validation" if key in held_out else "train"].append(r)
+    return side if calibration else {"train": side["train"], "validation": side["validation"]}
 
 
 def warn_about(name: str, splits: dict[str, list[dict[str, Any]]]) -> None:

@@ -94,9 +94,8 @@ def test_calibration_writes_the_threshold_that_tuned_controllers_use(tmp_path: P
             meta = {"label": label, "context": ctx.to_json(), "decision": "review", "step": 1}
             prompt = render_decision("review", ctx)
             rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": answer}], "meta": meta})
-        DatasetDict({"train": Dataset.from_list(rows[:8]), "validation": Dataset.from_list(rows[8:])}).save_to_disk(
-            str(data / name)
-        )
+        held = {"validation": Dataset.from_list(rows[6:8]), "calibration": Dataset.from_list(rows[8:])}
+        DatasetDict({"train": Dataset.from_list(rows[:6]), **held}).save_to_disk(str(data / name))
     (data / "build.json").write_text(json.dumps({"config": {"max_prompt_tokens": 256}}))  # as `rir build-data`
     out = tmp_path / "adapter"
     argv = ["--config", str(REPO / "configs/train/sft_cpu_quick.yaml"), *FAST, "--data", str(data)]
@@ -104,6 +103,7 @@ def test_calibration_writes_the_threshold_that_tuned_controllers_use(tmp_path: P
     sft.main(*parse("sft", argv))
     card = json.loads((out / "rir_controller.json").read_text())
     calibration = card["review_calibration"]
+    assert calibration["split"] == "calibration"  # not the validation rows that offline scores read
     assert calibration["rows"] == 4 and calibration["recover_rows"] == 1 and "review_threshold" in card
     assert calibration["balanced_accuracy_at_threshold"] >= calibration["balanced_accuracy_at_0"]
     controller = make_controller(f"tuned:{out}")

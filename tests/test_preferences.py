@@ -220,10 +220,14 @@ def test_every_dataset_with_two_variations_has_both_splits_and_none_is_shared(bu
         dataset = load_from_disk(str(data / name))
         keys = {s: {variation_key(m) for m in dataset[s]["meta"]} for s in dataset}
         if len(set().union(*keys.values())) >= 2:
-            assert set(dataset) == {"train", "validation"}, name
+            # review rows: the held-out variations split again, so calibration never reads a scored row
+            expected = {"train", "validation", "calibration"} if name.startswith("review") else {"train", "validation"}
+            assert set(dataset) == expected, name
+            assert not keys.get("calibration", set()) & keys["validation"], name
         for split, found in keys.items():
             sides[split] |= found
-    assert sides["train"] and sides["validation"] and not sides["train"] & sides["validation"]
+    assert sides["train"] and sides["validation"] and sides["calibration"]
+    assert not sides["train"] & (sides["validation"] | sides["calibration"])
     reflect = {variation_key(m) for s, d in load_from_disk(str(data / "reflect_pref")).items() for m in d["meta"]}
     assert len(reflect) >= 2  # the case the split must handle: few variations in a small dataset
 
@@ -234,8 +238,8 @@ def test_dataset_card_counts_variations_per_split(built) -> None:
     _, data, _ = built
     datasets = {name: load_from_disk(str(data / name)) for name in SFT + PREF}
     sides = {
-        s: {variation_key(m) for d in datasets.values() if s in d for m in d[s]["meta"]}
-        for s in ("train", "validation")
+        s: {variation_key(m) for d in datasets.values() for split in d if split in held for m in d[split]["meta"]}
+        for s, held in (("train", {"train"}), ("validation", {"validation", "calibration"}))
     }
     build_wide = (
         f"{len(sides['train'])} task variations on the train side, {len(sides['validation'])} on the validation"
@@ -246,6 +250,7 @@ def test_dataset_card_counts_variations_per_split(built) -> None:
         for split in dataset:
             n = len({variation_key(m) for m in dataset[split]["meta"]})
             assert f"| {split} | {dataset[split].num_rows} | {n} |" in card, name
+        assert ("`calibration` split" in card) == ("calibration" in dataset), name
 
 
 def test_held_out_set_gives_small_datasets_both_sides() -> None:
@@ -263,6 +268,17 @@ def test_held_out_set_gives_small_datasets_both_sides() -> None:
     assert builder.held_out_variations({"review": many, "one": {held_only[0]}}, 0.2) == start - {held_only[0]}
     # nothing moves where no dataset needs it
     assert builder.held_out_variations({"review": many, "reflect": {*train_only[:1], *held_only[:1]}}, 0.2) == start
+
+
+def test_calibration_takes_half_the_held_out_variations_and_needs_two() -> None:
+    held = {f"builtin/workshop-3/train/{i}" for i in range(7)}
+    calibration = builder.calibration_variations(held)
+    assert calibration < held and len(calibration) == 3 and calibration == builder.calibration_variations(set(held))
+    assert builder.calibration_variations({"builtin/workshop-3/train/0"}) == set()
+    rows = [{"meta": {"env": "builtin", "task": "workshop-3", "split": "train", "variation": i}} for i in range(9)]
+    splits = builder.split_rows(rows, held, calibration)
+    assert [len(splits[s]) for s in ("train", "validation", "calibration")] == [2, 4, 3]
+    assert set(builder.split_rows(rows, held)) == {"train", "validation"}  # other datasets: no calibration
 
 
 def test_held_out_set_never_empties_a_side_to_fill_another() -> None:

@@ -50,7 +50,10 @@ class TrainScriptArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "cap on evaluation rows (after shuffling)"})
     calibrate_review: bool = field(
         default=True,
-        metadata={"help": "after training, calibrate the recover/continue threshold on the eval split's review rows"},
+        metadata={
+            "help": "after training, calibrate the recover/continue threshold on the data's calibration split "
+            "(data built without one: the eval split's review rows)"
+        },
     )
     calibration_rows: int = field(default=200, metadata={"help": "review rows scored for the calibration"})
     balance_review: bool = field(

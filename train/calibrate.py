@@ -1,9 +1,10 @@
-"""The recover-vs-continue threshold of a controller adapter, calibrated on its validation split.
+"""The recover-vs-continue threshold of a controller adapter, calibrated on held-out review rows.
 
 A ranked review compares log p(recover) with log p(continue). Trained on skewed labels, an adapter's
 margin sits far on one side (it never, or always, says "recover"), yet it may still order the rows
-well. The threshold that maximises balanced accuracy on the held-out review rows goes into the
-adapter card (`review_threshold`), and `tuned:<dir>` controllers decide with it.
+well. The threshold that maximises balanced accuracy on the `calibration` split's review rows (task
+variations held out from training and from the validation rows that offline scores read) goes
+into the adapter card (`review_threshold`), and `tuned:<dir>` controllers decide with it.
 """
 
 from __future__ import annotations
@@ -19,16 +20,29 @@ from rir_runtime.errors import UserInputError
 CARD = "rir_controller.json"
 
 
-def review_rows(data: str, split: str, max_rows: int) -> list[dict[str, Any]]:
-    """The `meta` of up to `max_rows` review rows of `data`'s split (those that carry a context)."""
+CALIBRATION = "calibration"  # the review datasets' split for this, disjoint from the validation rows
+
+
+def review_rows(data: str, split: str, max_rows: int) -> tuple[str, list[dict[str, Any]]]:
+    """(the split used, the `meta` of up to `max_rows` of its review rows that carry a context): the
+    `calibration` split where the data has one, else `split`, with a warning that the threshold
+    is then fitted on rows that offline scores will also read (data built before that split)."""
     from datasets import load_from_disk
 
     folder = Path(data) / "review_sft" if (Path(data) / "review_sft").is_dir() else Path(data)
     dataset = load_from_disk(str(folder))
-    if split not in dataset:
+    if CALIBRATION in dataset:
+        split = CALIBRATION
+    elif split in dataset:
+        print(
+            f"warning: {folder} has no '{CALIBRATION}' split; calibrating on '{split}', whose rows offline "
+            "scores read too (rebuild the data with `rir build-data` for a disjoint calibration split)",
+            file=sys.stderr,
+        )
+    else:
         raise UserInputError(f"{folder} has no '{split}' split to calibrate on: rebuild it with `rir build-data`")
     metas = dataset[split].select(range(min(max_rows, len(dataset[split]))))["meta"]
-    return [m for m in metas if m.get("context") and m.get("label") in ("recover", "continue")]
+    return split, [m for m in metas if m.get("context") and m.get("label") in ("recover", "continue")]
 
 
 def review_margins(adapter_dir: str, metas: list[dict[str, Any]]) -> list[float]:
@@ -47,7 +61,7 @@ def review_margins(adapter_dir: str, metas: list[dict[str, Any]]) -> list[float]
 
 def calibrate_review(adapter_dir: str, data: str, split: str = "validation", max_rows: int = 200) -> dict[str, Any]:
     """Write `review_threshold` (and how it was found) into the adapter card; returns the record."""
-    metas = review_rows(data, split, max_rows)
+    split, metas = review_rows(data, split, max_rows)
     labels = [m["label"] == "recover" for m in metas]
     if len(set(labels)) < 2:
         print(f"calibration skipped: the {split} review rows do not hold both labels", file=sys.stderr)
