@@ -259,13 +259,17 @@ def test_a_killed_ray_eval_resumes_without_duplicates(ray_cluster: None, tmp_pat
     argv += ["--variations", cfg.variations, "--methods", ",".join(cfg.methods)]
     argv += ["--controller", ",".join(cfg.controller), "--seeds", "0,1,2", "--out", cfg.out]
     path = Path(cfg.out) / "episodes.jsonl"
-    proc = subprocess.Popen(argv, cwd=REPO, start_new_session=True, stderr=subprocess.DEVNULL)
-    try:
-        while proc.poll() is None and (not path.exists() or path.stat().st_size < 200_000):
-            time.sleep(0.2)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray cluster it started
-        proc.wait()
+    log = tmp_path / "driver.log"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(argv, cwd=REPO, start_new_session=True, stderr=stderr)
+        try:
+            while proc.poll() is None and (not path.exists() or path.stat().st_size < 200_000):
+                time.sleep(0.2)
+        finally:
+            exited = proc.poll()  # None: still running, so the kill below is what stops it
+            os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray cluster it started
+            proc.wait()
+    assert exited is None, f"the driver exited on its own ({exited}) before the kill:\n{log.read_text()[-2000:]}"
     written = len(path.read_text().splitlines())
     jobs = expand_jobs(cfg)
     assert 0 < written < len(jobs), "the run was not killed mid-way: raise the number of episodes"
