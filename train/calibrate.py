@@ -48,13 +48,12 @@ def review_rows(data: str, split: str, max_rows: int) -> tuple[str, list[dict[st
 def review_margins(adapter_dir: str, metas: list[dict[str, Any]]) -> list[float]:
     """log p(recover) - log p(continue) of the adapter on each row's situation."""
     from rir_runtime.controllers import PromptedController, card_prompt_tokens
-    from rir_runtime.llm import make_backend
-    from rir_runtime.llm.tuned import read_card
+    from rir_runtime.llm.tuned import load_tuned_backend
     from rir_runtime.prompts import DecisionContext
 
-    budget = card_prompt_tokens(read_card(adapter_dir))  # the prompts the adapter will be served
+    backend = load_tuned_backend(adapter_dir)  # checks and keeps the card: its prompt budget is the served one
     controller = PromptedController(
-        make_backend(f"tuned:{adapter_dir}"), name="calibration", max_prompt_tokens=budget, review_threshold=0.0
+        backend, name="calibration", max_prompt_tokens=card_prompt_tokens(backend.card), review_threshold=0.0
     )
     return [float(controller.review(DecisionContext.from_json(m["context"])).meta["margin"]) for m in metas]
 
