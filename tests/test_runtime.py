@@ -273,6 +273,9 @@ def test_prompted_controller_retries_once_then_falls_back() -> None:
     assert review.decision == "continue"  # the safe default
     assert r.parse_failures >= 2 and backend.calls == 2 * len(events(r, "review"))
     assert r.agent_calls == r.env_steps + backend.calls  # controller model calls are counted
+    assert r.controller_model_calls == backend.calls > 0  # and recorded apart
+    heuristic = run("rir", task, HeuristicController(), Budgets(agent=60, rollback=3))
+    assert heuristic.controller_model_calls == 0 and heuristic.agent_calls == heuristic.env_steps
     ok = PromptedController(
         ScriptedBackend(
             [
