@@ -36,8 +36,8 @@ def table(summary: dict[str, Any]) -> str:
     reference = reference_method(summary) if "paired" in summary else None
     versus = f" vs {reference} |" if reference else ""
     rows = [
-        "| method | episodes | success | 95% CI |" + versus + " mean score | agent calls | rollbacks | env steps "
-        "| wall s |",
+        "| method | episodes | success | 95% CI |" + versus + " mean score | agent calls (by the controller) "
+        "| recoveries (rollbacks) | env steps | wall s |",
         "| --- | ---: | ---: | --- |" + (" ---: |" if reference else "") + " ---: | ---: | ---: | ---: | ---: |",
     ]
     ranked = sorted(summary["methods"].items(), key=lambda kv: -kv[1]["success_rate"])
@@ -46,10 +46,22 @@ def table(summary: dict[str, Any]) -> str:
         cell = f" {versus_cell(summary, name, reference)} |" if reference else ""
         rows.append(
             f"| {name} | {s['episodes']} | {s['success_rate']:.1%} | [{lo:.1%}, {hi:.1%}] |{cell} "
-            f"{s['mean_score']:.1f} | {s['agent_calls']:.1f} | {s['rollbacks']:.2f} | "
-            f"{s['env_steps']:.1f} | {s['wall_s']:.2f} |"
+            f"{s['mean_score']:.1f} | {_calls(s)} | {_recoveries(s)} | {s['env_steps']:.1f} | {s['wall_s']:.2f} |"
         )
     return "\n".join(rows)
+
+
+def _calls(s: dict[str, Any]) -> str:
+    """Agent calls per episode, with the share a model-backed controller spent of them when known."""
+    spent = s.get("controller_model_calls")
+    return f"{s['agent_calls']:.1f}" + (f" ({spent:.1f})" if spent is not None else "")
+
+
+def _recoveries(s: dict[str, Any]) -> str:
+    """Recoveries per episode (k = 0 included), rollbacks in brackets; older summaries have rollbacks only."""
+    if "recoveries" not in s:
+        return f"- ({s['rollbacks']:.2f})"
+    return f"{s['recoveries']:.2f} ({s['rollbacks']:.2f})"
 
 
 def paired_table(summary: dict[str, Any]) -> str:

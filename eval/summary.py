@@ -2,9 +2,9 @@
 
 `summarize` produces the `summary.json` body, a contract other stages read:
 `{"methods": {"<method>[/<controller>]": {"episodes", "success_rate", "mean_score", "agent_calls",
-"rollbacks", "env_steps", "wall_s", ...}}, "paired": [{"a", "b", "episodes", "a_only", "b_only", "diff",
-"p_value", "significant", ...}], "config": {...}}`. `paired` holds one exact McNemar comparison per
-unordered pair of method keys (see eval/paired.py).
+"controller_model_calls", "rollbacks", "recoveries", "env_steps", "wall_s", ...}}, "paired": [{"a", "b",
+"episodes", "a_only", "b_only", "diff", "p_value", "significant", ...}], "config": {...}}`. `paired` holds
+one exact McNemar comparison per unordered pair of method keys (see eval/paired.py).
 """
 
 from __future__ import annotations
@@ -45,10 +45,18 @@ def summarize_group(records: list[EpisodeRecord]) -> dict[str, Any]:
         "agent_calls": _mean([r.agent_calls for r in records]),
         "budget_agent": _mean([r.budget_agent for r in records]),  # resolved per episode (relative budgets vary)
         "rollbacks": _mean([r.rollbacks for r in records]),
+        "recoveries": _mean([r.recoveries for r in records]),  # with k = 0 ones (stay and reflect)
         "env_steps": _mean([r.env_steps for r in records]),
         "wall_s": _mean([r.wall_s for r in records]),
         "parse_failures": _mean([r.parse_failures for r in records]),
+        "controller_model_calls": _known_mean([r.controller_model_calls for r in records]),
     }
+
+
+def _known_mean(values: list[int | None]) -> float | None:
+    """The mean, or None when any record predates the field (a mean over some episodes would mislead)."""
+    known = [v for v in values if v is not None]
+    return _mean([float(v) for v in known]) if len(known) == len(values) else None
 
 
 def summarize(records: Iterable[EpisodeRecord], config: dict[str, Any]) -> dict[str, Any]:

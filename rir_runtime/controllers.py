@@ -8,6 +8,8 @@ Every controller answers the same four calls with a `Decision` whose value has t
   default (continue / latest admissible checkpoint / empty reflection), counted.
 - `OracleController`: hindsight values by branch re-execution (an upper bound; also labels).
 - `CompositeController`: one module from each, e.g. a tuned Where with a prompted When.
+- `SignalGatedController` (`gated:<spec>`): a model-backed controller whose scheduled reviews ask
+  the model only when a failure signal is visible, so quiet branches cost no agent calls.
 The `tuned` controller (a base model plus LoRA adapter) is a `PromptedController` over the
 adapter's backend; `make_controller` resolves the names.
 """
@@ -352,11 +354,40 @@ class CompositeController:
         return self.what.reflect(ctx)
 
 
+class SignalGatedController:
+    """A model-backed controller whose scheduled and terminal reviews ask the model only when the
+    branch shows a failure signal (the heuristic's signals, urgent or not); a quiet branch goes on
+    without a model call. B_agent pays for the controller's calls as for the agent's, and most
+    reviews of a quiet branch answer "continue" anyway. A review the agent asks for (its rollback
+    tool) always reaches the model; Where and What are the wrapped controller's."""
+
+    def __init__(self, inner: Controller) -> None:
+        self.inner = inner
+        self.name = f"gated:{inner.name}"
+        self.uses_model = inner.uses_model
+        self.uses_hindsight = inner.uses_hindsight
+
+    def review(self, ctx: DecisionContext) -> Decision:
+        if ctx.trigger in ("schedule", "terminal") and failure_signal(ctx) is None:
+            return Decision("review", Review("continue", "no failure signal: the model was not asked"))
+        return self.inner.review(ctx)
+
+    def locate_coarse(self, ctx: DecisionContext) -> Decision:
+        return self.inner.locate_coarse(ctx)
+
+    def locate_fine(self, ctx: DecisionContext) -> Decision:
+        return self.inner.locate_fine(ctx)
+
+    def reflect(self, ctx: DecisionContext) -> Decision:
+        return self.inner.reflect(ctx)
+
+
 CONTROLLER_KINDS = (
     "heuristic",
     "oracle",
     "prompted:<model>",
     "tuned:<adapter-folder>",
+    "gated:<prompted or tuned controller>",
     "random-review",
     "random-restore",
 )
@@ -378,6 +409,8 @@ def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None 
             raise UnknownNameError("composite controller part", ",".join(sorted(missing)), ["when", "where", "what"])
         return CompositeController(*(make_controller(parts[k], backend_factory) for k in ("when", "where", "what")))
     kind, _, arg = spec.partition(":")
+    if kind == "gated" and arg.startswith(("prompted:", "tuned:")):
+        return SignalGatedController(make_controller(arg, backend_factory))
     if kind == "heuristic":
         return HeuristicController()
     if kind == "oracle":
@@ -412,6 +445,7 @@ __all__ = [
     "HeuristicController",
     "OracleController",
     "PromptedController",
+    "SignalGatedController",
     "dump",
     "make_controller",
 ]

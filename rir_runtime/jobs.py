@@ -181,6 +181,9 @@ def check_controller_name(spec: str) -> None:
 
     for part in spec.split(";"):
         name = part.split("=", 1)[-1]
+        gated, _, rest = name.partition(":")
+        if gated == "gated" and rest.startswith(("prompted:", "tuned:")):
+            name = rest  # the gate wraps a model-backed controller: check that one
         kind, _, arg = name.partition(":")
         if kind == "tuned" and arg:
             from rir_runtime.llm.tuned import read_card

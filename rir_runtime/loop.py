@@ -65,6 +65,7 @@ class Episode:
     lost: bool = False
     agent_calls: int = 0
     controller_calls: int = 0
+    controller_model_calls: int = 0  # of agent_calls: those the controller's decisions spent
     recoveries: int = 0
     rollbacks: int = 0
     env_steps: int = 0
@@ -246,6 +247,7 @@ class EpisodeRunner:
             return None
         decision = decide(ctx)
         ep.controller_calls += 1
+        ep.controller_model_calls += decision.model_calls
         ep.agent_calls += decision.model_calls
         ep.prompt_tokens += decision.prompt_tokens
         ep.completion_tokens += decision.completion_tokens
@@ -370,6 +372,7 @@ class EpisodeRunner:
             score=ep.score,
             agent_calls=ep.agent_calls,
             controller_calls=ep.controller_calls,
+            controller_model_calls=ep.controller_model_calls,
             rollbacks=ep.rollbacks,
             recoveries=ep.recoveries,
             env_steps=ep.env_steps,

@@ -9,12 +9,19 @@ from dataclasses import dataclass, replace
 import pytest
 
 from rir_runtime.budgets import Budgets
-from rir_runtime.controllers import HeuristicController, OracleController, PromptedController
+from rir_runtime.controllers import (
+    HeuristicController,
+    OracleController,
+    PromptedController,
+    SignalGatedController,
+    make_controller,
+)
 from rir_runtime.decisions import Decision, Failure, Reflection
 from rir_runtime.envs import TaskSpec
 from rir_runtime.envs.builtin import WorkshopEnv
 from rir_runtime.envs.checkpoints import Step
-from rir_runtime.jobs import SelectionConfig, expand_jobs, run_jobs
+from rir_runtime.errors import UnknownNameError
+from rir_runtime.jobs import SelectionConfig, check_controller_name, expand_jobs, run_jobs
 from rir_runtime.loop import EpisodeRunner
 from rir_runtime.memory import MemorySnapshot, ReflectionMemory, is_state_claim
 from rir_runtime.policies import AgentAction, AgentContext, NoisyExpertPolicy
@@ -264,6 +271,28 @@ class ScriptedBackend:
         return [FakeCompletion(reply) for _ in prompts]
 
 
+def test_a_gated_controller_asks_its_model_only_when_the_branch_shows_a_failure_signal() -> None:
+    replies = ['{"decision": "continue", "reason": "fine"}']
+    quiet, noisy = ScriptedBackend(replies), ScriptedBackend(replies)
+    gated = make_controller("gated:prompted:fake", lambda name: quiet)
+    assert isinstance(gated, SignalGatedController) and gated.name == "gated:prompted:fake" and gated.uses_model
+    task = TASKS[0]
+    r = run("rir", task, gated, Budgets(agent=60, rollback=3), error_rate=0.0)  # a quiet branch: no signal
+    reviews = events(r, "review")
+    assert reviews and quiet.calls == 0 == r.controller_model_calls
+    assert all(e.reason == "no failure signal: the model was not asked" for e in reviews)
+    ungated = run("rir", task, PromptedController(noisy, "prompted:fake"), Budgets(agent=60, rollback=3), 0.0)
+    assert noisy.calls == len(events(ungated, "review")) > 0  # without the gate every review is a model call
+    asked = make_controller("gated:prompted:fake", lambda name: quiet)
+    ctx = DecisionContext("t", "goal", "", (), "", 0.0, "agent", (0,))
+    assert asked.review(ctx).raw == replies[0] and quiet.calls == 1  # the agent's own request always reaches it
+    check_controller_name("gated:prompted:fake")
+    with pytest.raises(UnknownNameError):
+        check_controller_name("gated:heuristic")  # the gate saves model calls: a rule has none to save
+    with pytest.raises(UnknownNameError):
+        make_controller("gated:heuristic")
+
+
 def test_prompted_controller_retries_once_then_falls_back() -> None:
     backend = ScriptedBackend(["I think we should go on", "still not json"])
     ctrl = PromptedController(backend, "prompted:fake")
@@ -273,6 +302,9 @@ def test_prompted_controller_retries_once_then_falls_back() -> None:
     assert review.decision == "continue"  # the safe default
     assert r.parse_failures >= 2 and backend.calls == 2 * len(events(r, "review"))
     assert r.agent_calls == r.env_steps + backend.calls  # controller model calls are counted
+    assert r.controller_model_calls == backend.calls > 0  # and recorded apart
+    heuristic = run("rir", task, HeuristicController(), Budgets(agent=60, rollback=3))
+    assert heuristic.controller_model_calls == 0 and heuristic.agent_calls == heuristic.env_steps
     ok = PromptedController(
         ScriptedBackend(
             [

@@ -68,6 +68,10 @@ class EpisodeRecord:
     budget_rollback: int = 0
     budget_agent_spec: str = ""  # B_agent as asked: "60", or "1.5x" the expert's path length
     expert_steps: int | None = None  # the expert's path length at reset (measured for relative budgets)
+    # Of agent_calls, the model calls the controller's decisions spent (a model-backed When, Where or
+    # What pays from the agent's budget; rule-based controllers spend none). None: written before
+    # rir recorded it, so unknown rather than guessed.
+    controller_model_calls: int | None = None
 
     @property
     def task_spec(self) -> TaskSpec:
