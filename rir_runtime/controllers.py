@@ -354,7 +354,7 @@ class CompositeController:
         return self.what.reflect(ctx)
 
 
-class SignalGatedController:
+class SignalGatedController(CompositeController):
     """A model-backed controller whose scheduled and terminal reviews ask the model only when the
     branch shows a failure signal (the heuristic's signals, urgent or not); a quiet branch goes on
     without a model call. B_agent pays for the controller's calls as for the agent's, and most
@@ -362,24 +362,13 @@ class SignalGatedController:
     tool) always reaches the model; Where and What are the wrapped controller's."""
 
     def __init__(self, inner: Controller) -> None:
-        self.inner = inner
+        super().__init__(inner, inner, inner)
         self.name = f"gated:{inner.name}"
-        self.uses_model = inner.uses_model
-        self.uses_hindsight = inner.uses_hindsight
 
     def review(self, ctx: DecisionContext) -> Decision:
         if ctx.trigger in ("schedule", "terminal") and failure_signal(ctx) is None:
             return Decision("review", Review("continue", "no failure signal: the model was not asked"))
-        return self.inner.review(ctx)
-
-    def locate_coarse(self, ctx: DecisionContext) -> Decision:
-        return self.inner.locate_coarse(ctx)
-
-    def locate_fine(self, ctx: DecisionContext) -> Decision:
-        return self.inner.locate_fine(ctx)
-
-    def reflect(self, ctx: DecisionContext) -> Decision:
-        return self.inner.reflect(ctx)
+        return self.when.review(ctx)
 
 
 CONTROLLER_KINDS = (
