@@ -371,6 +371,13 @@ class SignalGatedController(CompositeController):
         return self.when.review(ctx)
 
 
+def gated_spec(spec: str) -> str | None:
+    """The model-backed controller a `gated:<spec>` name wraps, or None when `spec` is not one (a
+    rule-based controller has no model calls for the gate to save)."""
+    kind, _, inner = spec.partition(":")
+    return inner if kind == "gated" and inner.startswith(("prompted:", "tuned:")) else None
+
+
 CONTROLLER_KINDS = (
     "heuristic",
     "oracle",
@@ -397,9 +404,10 @@ def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None 
         if missing:
             raise UnknownNameError("composite controller part", ",".join(sorted(missing)), ["when", "where", "what"])
         return CompositeController(*(make_controller(parts[k], backend_factory) for k in ("when", "where", "what")))
+    inner = gated_spec(spec)
+    if inner is not None:
+        return SignalGatedController(make_controller(inner, backend_factory))
     kind, _, arg = spec.partition(":")
-    if kind == "gated" and arg.startswith(("prompted:", "tuned:")):
-        return SignalGatedController(make_controller(arg, backend_factory))
     if kind == "heuristic":
         return HeuristicController()
     if kind == "oracle":

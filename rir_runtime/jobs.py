@@ -177,13 +177,11 @@ def job_key(job: EpisodeJob) -> str:
 
 def check_controller_name(spec: str) -> None:
     """Reject an unknown controller name before any episode runs (lists the valid ones)."""
-    from rir_runtime.controllers import CONTROLLER_KINDS
+    from rir_runtime.controllers import CONTROLLER_KINDS, gated_spec
 
     for part in spec.split(";"):
         name = part.split("=", 1)[-1]
-        gated, _, rest = name.partition(":")
-        if gated == "gated" and rest.startswith(("prompted:", "tuned:")):
-            name = rest  # the gate wraps a model-backed controller: check that one
+        name = gated_spec(name) or name  # the gate wraps a model-backed controller: check that one
         kind, _, arg = name.partition(":")
         if kind == "tuned" and arg:
             from rir_runtime.llm.tuned import read_card
