@@ -85,10 +85,16 @@ def _locate_answer(kind: DecisionKind, prompt: Messages, right: int, wrong: int 
 
 
 def locate_rows(point: DecisionPoint, label: dict[str, Any], fit: Fit, meta: dict[str, Any]) -> list[Row]:
-    """For a recovery: the coarse (segment) and fine (checkpoint) answers of the restore label, each
-    as an SFT row and as a pair against a worse answer the same prompt offers."""
+    """Where a recovery happens (in hindsight, or by the rollout's own controller): the coarse
+    (segment) and fine (checkpoint) answers of the restore label, each as an SFT row and as a pair
+    against a worse answer the same prompt offers.
+
+    A recovery the rollout's controller made where hindsight says "continue" is kept: its restore
+    label is the current checkpoint (stay, k = 0), the answer for a looping but still winnable
+    branch. Without these rows the Where never sees staying and always spends a rollback."""
     r, seg = label["restore"], label["segment"]
-    if label["review"] != "recover" or r is None:
+    recovered = label["review"] == "recover" or point.chosen_step is not None
+    if not recovered or r is None:
         return []
     segs = tuple(tuple(s) for s in label["segments"])
     meta = {**meta, **_values_meta(label)}

@@ -164,10 +164,12 @@ def test_no_review_answer_has_an_empty_reason(built) -> None:
 # --- locate --------------------------------------------------------------------------------------------
 def test_locate_chosen_keeps_more_value_than_rejected(built) -> None:
     """V(chosen) > V(rejected), or equal V and chosen later (keeps more progress); a segment's V is
-    that of its best checkpoint. Both answers are among those the prompt offers."""
+    that of its best checkpoint. Both answers are among those the prompt offers. Against the
+    workshop's ground truth: a ruined branch restores to (the segment of) the harmful step; an
+    intact one, recovered by the rollout's controller, stays at the current checkpoint."""
     _, data, _ = built
     env = WorkshopEnv()
-    kinds = set()
+    kinds, outcomes = set(), set()
     for row in rows(data, "locate_pref"):
         branch, kind = Branch(env, row["meta"]), row["meta"]["decision"]
         c, w = parse(kind, text(row["chosen"])), parse(kind, text(row["rejected"]))
@@ -175,10 +177,15 @@ def test_locate_chosen_keeps_more_value_than_rejected(built) -> None:
         assert c in answers and w in answers, (kind, c, w, answers)
         vc, vw = (max(branch.value(i) for i in answers[x]) for x in (c, w))
         assert vc > vw or (vc == vw and c > w), (row["meta"]["episode_id"], kind, c, vc, w, vw)
-        # ground truth: the harmful step is the injected error that ruined the workshop
-        assert branch.fatal in answers[c] and branch.ctx.history[branch.fatal].injected_error
+        if branch.fatal is None:  # nothing ruined: stay (the latest checkpoint is in the answer)
+            assert max(branch.ctx.admissible) in answers[c], (row["meta"]["episode_id"], kind, c)
+            outcomes.add("stay")
+        else:  # the harmful step is the injected error that ruined the workshop
+            assert branch.fatal in answers[c] and branch.ctx.history[branch.fatal].injected_error
+            outcomes.add("restore")
         kinds.add(kind)
     assert kinds == {"locate_coarse", "locate_fine"}
+    assert outcomes == {"stay", "restore"}
 
 
 # --- reflect -------------------------------------------------------------------------------------------
