@@ -143,12 +143,15 @@ def score_controller(
         hits = sum(int(decide("locate_coarse", row).value) == int(row["meta"]["label"]) for row in coarse)
         m.update(coarse_rows=len(coarse), coarse_accuracy=hits / len(coarse))
     if fine:
-        diffs = [abs(int(decide("locate_fine", row).value) - int(row["meta"]["label"])) for row in fine]
-        m.update(
-            fine_rows=len(fine),
-            restore_exact=sum(d == 0 for d in diffs) / len(fine),
-            restore_within_one=sum(d <= 1 for d in diffs) / len(fine),
-        )
+        picks = [
+            (
+                int(decide("locate_fine", row).value),
+                int(row["meta"]["label"]),
+                max(DecisionContext.from_json(row["meta"]["context"]).admissible),
+            )
+            for row in fine
+        ]
+        m.update(restore_quality(picks))
 
     for name, values in rewards.items():
         m[f"{name}_reward"] = sum(values) / len(values)
@@ -186,6 +189,23 @@ def score_controller(
     return m
 
 
+def restore_quality(picks: list[tuple[int, int, int]]) -> dict[str, Any]:
+    """Restore-point metrics from (pick, label, current checkpoint) triples. Stay rows (the label is
+    the current checkpoint: recover without rolling back) are also scored apart from step-back rows,
+    since a Where that always steps back and one that always stays fail on different rows."""
+    stay = [(pick, now) for pick, label, now in picks if label == now]
+    back = [(pick, label) for pick, label, now in picks if label != now]
+    return {
+        "fine_rows": len(picks),
+        "restore_exact": sum(pick == label for pick, label, _ in picks) / len(picks),
+        "restore_within_one": sum(abs(pick - label) <= 1 for pick, label, _ in picks) / len(picks),
+        "stay_rows": len(stay),
+        "stay_accuracy": sum(pick == now for pick, now in stay) / len(stay) if stay else None,
+        "back_rows": len(back),
+        "back_exact": sum(pick == label for pick, label in back) / len(back) if back else None,
+    }
+
+
 def _failure_action(text: str) -> str:
     try:
         failure = parse("reflect", text).failure
@@ -207,6 +227,8 @@ METRICS = [
     ("coarse_accuracy", "coarse segment accuracy"),
     ("restore_exact", "restore point exact"),
     ("restore_within_one", "restore point within one step"),
+    ("stay_accuracy", "stays where it should (rows labelled stay)"),
+    ("back_exact", "restore point exact (rows labelled step back)"),
     ("review_reward", "GRPO reward: review"),
     ("locate_reward", "GRPO reward: locate (coarse and fine)"),
     ("mean_reward", "GRPO reward: mean over review and locate rows"),
@@ -223,6 +245,9 @@ def _cell(key: str, res: dict[str, Any]) -> str:
         return "-"
     if key == "review_rows":
         return f"{value} ({res.get('review_positives', 0)})"
+    if key in ("stay_accuracy", "back_exact"):
+        rows = res.get("stay_rows" if key == "stay_accuracy" else "back_rows")
+        return f"{value:.1%} ({rows})"
     if key in ("review_auroc", "latency_s") or key.endswith("reward"):
         return f"{value:.3f}"
     return f"{value:.1%}"

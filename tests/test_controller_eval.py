@@ -7,7 +7,7 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict
 
-from eval.controller_eval import _rows
+from eval.controller_eval import _rows, restore_quality
 from eval.pipeline import PipelineConfig, Suite, offline_verdict, row_groups
 
 
@@ -56,3 +56,13 @@ def test_the_offline_verdict_is_said_once_per_row_group(tmp_path: Path) -> None:
     assert "(agent rows), the tuned adapter beats its base model: review F1" in agent
     assert "(expert rows), the tuned adapter beats its base model on restore point exact" in expert
     assert "but not on review F1 (recover) 20.0% vs 40.0%" in expert
+
+
+def test_restore_quality_scores_stay_and_step_back_rows_apart() -> None:
+    # (pick, label, current checkpoint): two stay rows (one kept), two step-back rows (one exact)
+    picks = [(5, 5, 5), (3, 7, 7), (2, 2, 6), (4, 3, 6)]
+    q = restore_quality(picks)
+    assert q["restore_exact"] == 0.5 and q["restore_within_one"] == 0.75
+    assert (q["stay_rows"], q["stay_accuracy"]) == (2, 0.5)
+    assert (q["back_rows"], q["back_exact"]) == (2, 0.5)
+    assert restore_quality([(1, 2, 6)])["stay_accuracy"] is None  # no stay rows: no figure, not 0
