@@ -147,7 +147,7 @@ def score_controller(
             (
                 int(decide("locate_fine", row).value),
                 int(row["meta"]["label"]),
-                max(DecisionContext.from_json(row["meta"]["context"]).admissible),
+                len(DecisionContext.from_json(row["meta"]["context"]).history),
             )
             for row in fine
         ]
@@ -192,7 +192,8 @@ def score_controller(
 def restore_quality(picks: list[tuple[int, int, int]]) -> dict[str, Any]:
     """Restore-point metrics from (pick, label, current checkpoint) triples. Stay rows (the label is
     the current checkpoint: recover without rolling back) are also scored apart from step-back rows,
-    since a Where that always steps back and one that always stays fail on different rows."""
+    since a Where that always steps back and one that always stays fail on different rows. The
+    current checkpoint is the branch's length: a branch that has ended does not offer it."""
     stay = [(pick, now) for pick, label, now in picks if label == now]
     back = [(pick, label) for pick, label, now in picks if label != now]
     return {

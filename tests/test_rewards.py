@@ -248,7 +248,10 @@ def test_eval_controller_scores_each_controllers_reward(built: Path, monkeypatch
         assert 0.0 <= heuristic[key] <= best[key] + 1e-9, key
     assert "GRPO reward: mean" in controller_eval.markdown([best, heuristic], "validation")
     assert best["restore_exact"] == 1.0 and best["stay_rows"] + best["back_rows"] == best["fine_rows"]
-    assert best["stay_accuracy"] in (None, 1.0) and best["back_exact"] in (None, 1.0)
+    fine = [r for r in val["locate_sft"] if r["meta"]["decision"] == "locate_fine"]
+    stays = [r for r in fine if int(r["meta"]["label"]) == len(json.loads(r["meta"]["context"])["history"])]
+    assert (best["stay_rows"], best["back_rows"]) == (len(stays), len(fine) - len(stays))
+    assert best["stay_accuracy"] == (1.0 if stays else None) and best["back_exact"] == 1.0
 
 
 def test_reward_curve_reads_the_runs_trainer_state(tmp_path: Path) -> None:
