@@ -143,13 +143,9 @@ def score_controller(
         hits = sum(int(decide("locate_coarse", row).value) == int(row["meta"]["label"]) for row in coarse)
         m.update(coarse_rows=len(coarse), coarse_accuracy=hits / len(coarse))
     if fine:
+        # meta.step is the branch's length at the review: the current checkpoint
         picks = [
-            (
-                int(decide("locate_fine", row).value),
-                int(row["meta"]["label"]),
-                len(DecisionContext.from_json(row["meta"]["context"]).history),
-            )
-            for row in fine
+            (int(decide("locate_fine", row).value), int(row["meta"]["label"]), int(row["meta"]["step"])) for row in fine
         ]
         m.update(restore_quality(picks))
 

@@ -177,8 +177,8 @@ def test_locate_chosen_keeps_more_value_than_rejected(built) -> None:
         assert c in answers and w in answers, (kind, c, w, answers)
         vc, vw = (max(branch.value(i) for i in answers[x]) for x in (c, w))
         assert vc > vw or (vc == vw and c > w), (row["meta"]["episode_id"], kind, c, vc, w, vw)
-        if branch.fatal is None:  # nothing ruined: stay (the latest checkpoint is in the answer)
-            assert max(branch.ctx.admissible) in answers[c], (row["meta"]["episode_id"], kind, c)
+        if branch.fatal is None:  # nothing ruined: stay (the current checkpoint is in the answer)
+            assert len(branch.ctx.history) in answers[c], (row["meta"]["episode_id"], kind, c)
             outcomes.add("stay")
         else:  # the harmful step is the injected error that ruined the workshop
             assert branch.fatal in answers[c] and branch.ctx.history[branch.fatal].injected_error
