@@ -97,7 +97,7 @@ def locate_rows(point: DecisionPoint, label: dict[str, Any], fit: Fit, meta: dic
     if not recovered or r is None:
         return []
     segs = tuple(tuple(s) for s in label["segments"])
-    meta = {**meta, **_values_meta(label)}
+    meta = {**meta, **_values_meta(label), "restore": r}
     pick = point.chosen_step
     pick_segment = next((i for i, (a, b) in enumerate(segs) if pick is not None and a <= pick < b), None)
     ctx_c = context_for(point, "locate", segments=segs)

@@ -23,6 +23,7 @@ from rir_runtime.decisions import Decision, DecisionKind, parse
 from rir_runtime.errors import ParseError, UserInputError
 from rir_runtime.jobs import _backend, check_controller_name
 from rir_runtime.prompts import DecisionContext
+from train.data import answer_class
 from train.reward_eval import decision_reward, review_weights
 
 
@@ -56,9 +57,13 @@ def from_source(row: dict[str, Any], source: list[str]) -> bool:
     return not source or run in source or Path(run).name in source
 
 
-def _rows(data: Path, name: str, split: str, max_rows: int, source: list[str]) -> list[dict[str, Any]]:
+def _rows(
+    data: Path, name: str, split: str, max_rows: int, source: list[str], stratify: bool = False
+) -> list[dict[str, Any]]:
     """The split's scorable rows from the given rollouts; a cap takes evenly spaced rows, since rows
-    come in blocks by rollout folder and task and the first N would be one block."""
+    come in blocks by rollout folder and task and the first N would be one block. `stratify`: the
+    cap is shared equally by decision and answer class (restore points: stay or step back, as far
+    as each has rows), so a rare class is scored on more than one or two rows."""
     from datasets import load_from_disk
 
     folder = data / name
@@ -68,9 +73,25 @@ def _rows(data: Path, name: str, split: str, max_rows: int, source: list[str]) -
     if split not in dataset:
         return []
     rows = [r for r in dataset[split] if r["meta"].get("context") and from_source(r, source)]
-    if max_rows and len(rows) > max_rows:
-        rows = [rows[i * len(rows) // max_rows] for i in range(max_rows)]
-    return rows
+    if not max_rows or len(rows) <= max_rows:
+        return rows
+    if not stratify:
+        return _spaced(rows, max_rows)
+    groups: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["meta"]["decision"], answer_class(row["meta"])), []).append(row)
+    picked: list[dict[str, Any]] = []
+    left = max_rows
+    for k, group in enumerate(sorted(groups.values(), key=len)):  # small groups first: they give up their share
+        take = min(len(group), left // (len(groups) - k))
+        picked += _spaced(group, take)
+        left -= take
+    order = {id(row): i for i, row in enumerate(rows)}
+    return sorted(picked, key=lambda row: order[id(row)])
+
+
+def _spaced(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    return [rows[i * len(rows) // n] for i in range(n)] if n < len(rows) else rows
 
 
 def score_controller(
@@ -134,7 +155,7 @@ def score_controller(
         m.update({f"review_{k}": v for k, v in q.to_dict().items()})
         m["review_margins"] = scores
 
-    locate = _rows(data, "locate_sft", split, max_rows, source)
+    locate = _rows(data, "locate_sft", split, max_rows, source, stratify=True)
     coarse = [row for row in locate if row["meta"]["decision"] == "locate_coarse"]
     fine = [row for row in locate if row["meta"]["decision"] == "locate_fine"]
     for row in locate:

@@ -30,6 +30,33 @@ def test_rows_keep_only_the_named_sources_and_spread_a_cap_over_them(tmp_path: P
     assert _rows(tmp_path, "review_sft", "train", 3, []) == []
 
 
+def test_a_capped_restore_point_sample_shares_the_cap_between_stay_and_step_back(tmp_path: Path) -> None:
+    """2 stay points among 20: an evenly spaced cap of 8 would score at most one stay row; the
+    stratified sample scores both, and the step-back rows fill the rest of the cap."""
+    rows = [
+        {
+            "prompt": f"p{i}",
+            "meta": {
+                "context": "{}",
+                "source_run": "r",
+                "index": i,
+                "decision": d,
+                "label": "0",
+                "step": 5,
+                "restore": 5 if i in (4, 15) else 2,
+            },
+        }
+        for i in range(20)
+        for d in ("locate_coarse", "locate_fine")
+    ]
+    DatasetDict({"validation": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "locate_sft"))
+    sample = _rows(tmp_path, "locate_sft", "validation", 8, [], stratify=True)
+    stays = [(r["meta"]["decision"], r["meta"]["index"]) for r in sample if r["meta"]["restore"] == 5]
+    assert sorted(stays) == [("locate_coarse", 4), ("locate_coarse", 15), ("locate_fine", 4), ("locate_fine", 15)]
+    assert len(sample) == 8 and [r["meta"]["index"] for r in sample] == sorted(r["meta"]["index"] for r in sample)
+    assert sum(r["meta"]["restore"] == 5 for r in _rows(tmp_path, "locate_sft", "validation", 8, [])) <= 2
+
+
 def test_rows_of_the_agent_and_of_the_expert_are_scored_apart() -> None:
     cfg = PipelineConfig(
         suites=[

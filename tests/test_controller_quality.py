@@ -60,18 +60,38 @@ def test_a_ranked_review_compares_the_margin_to_the_threshold(margin: float, thr
     assert decision.meta["margin"] == margin and decision.meta["threshold"] == threshold
 
 
-def test_balancing_repeats_the_rarer_label() -> None:
+def test_balancing_evens_the_answer_classes_and_keeps_the_row_count() -> None:
     from datasets import Dataset
 
     from train.data import balance_labels
 
-    rows = [{"x": i, "meta": {"label": "recover" if i < 6 else "continue"}} for i in range(8)]
+    rows = [{"x": i, "meta": {"decision": "review", "label": "recover" if i < 6 else "continue"}} for i in range(8)]
     out = balance_labels(Dataset.from_list(rows), seed=0, what="review_sft")
     labels = [m["label"] for m in out["meta"]]
-    assert labels.count("recover") == labels.count("continue") == 6 and len(out) == 12
-    assert set(out["x"][:8]) == set(range(8))  # nothing dropped
+    assert labels.count("recover") == labels.count("continue") == 4 and len(out) == 8
+    assert set(out["x"]) >= {6, 7}  # every row of the rarer label kept
     unlabelled = Dataset.from_list([{"x": 1, "meta": {"step": 0}}])
     assert balance_labels(unlabelled, seed=0, what="x") is unlabelled
+
+
+def test_restore_point_rows_are_balanced_between_staying_and_stepping_back() -> None:
+    """One stay row in ten (the restore label is the current checkpoint, `meta.step`) becomes one in
+    two, for the coarse and the fine rows alike."""
+    from datasets import Dataset
+
+    from train.data import answer_class, balance_labels
+
+    def row(i: int, decision: str, restore: int) -> dict:
+        label = str(restore) if decision == "locate_fine" else "0"
+        return {"x": i, "meta": {"decision": decision, "label": label, "step": 5, "restore": restore}}
+
+    rows = [row(i, d, 5 if i == 0 else 3) for i in range(10) for d in ("locate_coarse", "locate_fine")]
+    assert [answer_class(r["meta"]) for r in rows[:4]] == ["stay", "stay", "step back", "step back"]
+    out = balance_labels(Dataset.from_list(rows), seed=0, what="locate_sft")
+    classes = [answer_class(m) for m in out["meta"]]
+    assert classes.count("stay") == classes.count("step back") == 10 and len(out) == 20
+    assert answer_class({"decision": "locate_fine", "label": "4", "step": 4}) == "stay"  # rows without meta.restore
+    assert answer_class({"decision": "locate_coarse", "label": "1", "step": 4}) is None
 
 
 def test_calibration_writes_the_threshold_that_tuned_controllers_use(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from rir_runtime.envs import Snapshot, TaskSpec
 from rir_runtime.envs.builtin import WorkshopEnv
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.values import ValueProbe
+from train.data import answer_class
 
 # V is 0 or 1 on the workshop, so any margin in (0, 1] gives the same review label.
 MARGIN = 0.5
@@ -180,9 +181,11 @@ def test_locate_chosen_keeps_more_value_than_rejected(built) -> None:
         if branch.fatal is None:  # nothing ruined: stay (the current checkpoint is in the answer)
             assert len(branch.ctx.history) in answers[c], (row["meta"]["episode_id"], kind, c)
             outcomes.add("stay")
+            assert answer_class(row["meta"]) == "stay", row["meta"]["episode_id"]
         else:  # the harmful step is the injected error that ruined the workshop
             assert branch.fatal in answers[c] and branch.ctx.history[branch.fatal].injected_error
             outcomes.add("restore")
+            assert answer_class(row["meta"]) == "step back", row["meta"]["episode_id"]
         kinds.add(kind)
     assert kinds == {"locate_coarse", "locate_fine"}
     assert outcomes == {"stay", "restore"}

@@ -58,7 +58,14 @@ class TrainScriptArguments:
     calibration_rows: int = field(default=200, metadata={"help": "review rows scored for the calibration"})
     balance_review: bool = field(
         default=True,
-        metadata={"help": "oversample the rarer review label in the train split until both are as frequent"},
+        metadata={"help": "resample the train split's review rows so that both labels are equally frequent"},
+    )
+    balance_locate: bool = field(
+        default=True,
+        metadata={
+            "help": "resample the train split's restore-point rows so that answers that stay at the current "
+            "checkpoint are as frequent as those that step back"
+        },
     )
 
     def __post_init__(self) -> None:

@@ -6,7 +6,6 @@ capped, and rows whose prompt alone fills max_length dropped.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -120,7 +119,10 @@ def load_datasets(
             ds = dd[split]
             _check_rows(name, folder, ds, kind)
             fingerprints[f"{name}/{split}"] = ds._fingerprint
-            if script_args.balance_review and name.startswith("review_") and split == script_args.train_split:
+            balance = (script_args.balance_review and name.startswith("review_")) or (
+                script_args.balance_locate and name.startswith("locate_")
+            )
+            if balance and split == script_args.train_split:
                 ds = balance_labels(ds, seed, name)
             parts[split].append(ds.select_columns(list(COLUMNS[kind])))
     out: list[Any] = []  # the train set, then the eval set or None
@@ -143,26 +145,53 @@ def load_datasets(
     return out[0], out[1], fingerprints, decision_types_of(list(folders))
 
 
+def answer_class(meta: dict[str, Any]) -> str | None:
+    """The class of a row's answer that balancing evens out: a review row's label ("recover" or
+    "continue"); for a restore-point row (coarse or fine), "stay" when the restore label is the
+    current checkpoint (recover without rolling back) else "step back"; None for other rows or for
+    locate rows built before `meta.restore` existed (a fine row still tells by its label)."""
+    decision = meta.get("decision")
+    if decision == "review":
+        return meta.get("label")
+    if decision not in ("locate_coarse", "locate_fine"):
+        return None
+    restore = meta.get("restore")
+    if restore is None and decision == "locate_fine" and meta.get("label") is not None:
+        restore = int(meta["label"])
+    if restore is None:
+        return None
+    return "stay" if int(restore) == int(meta["step"]) else "step back"
+
+
 def balance_labels(ds: Any, seed: int, what: str) -> Any:
-    """The rows of each rarer `meta.label` repeated (drawn with a fixed seed) until every label is as
-    frequent as the commonest: a review adapter trained on 156 "recover" to 27 "continue" learned to
-    always say "recover"."""
+    """The rows resampled (with a fixed seed) so that every answer class (`answer_class`) is equally
+    frequent and the row count stays the same: the rarer class is repeated, the commoner thinned. A
+    review adapter trained on 156 "recover" to 27 "continue" learned to always say "recover"; a
+    Where trained on 1 stay row in 8 never stayed. Keeping the count keeps the mix of decisions."""
     import random
 
-    if "meta" not in ds.column_names or not ds or "label" not in ds[0]["meta"]:
-        return ds  # rows without labels (hand-made data) have nothing to balance
-    labels = [m["label"] for m in ds["meta"]]
-    counts = Counter(labels)
-    if len(counts) < 2:
+    if "meta" not in ds.column_names or not ds:
         return ds
-    rng, target = random.Random(seed), max(counts.values())
-    extra = [
-        rng.choice([i for i, x in enumerate(labels) if x == label])
-        for label, n in counts.items()
-        for _ in range(target - n)
-    ]
-    logger.warning("%s: oversampled %s to %d rows per label (%d rows added)", what, dict(counts), target, len(extra))
-    return ds.select(list(range(len(ds))) + extra, keep_in_memory=True).flatten_indices(keep_in_memory=True)
+    classes = [answer_class(m) for m in ds["meta"]]
+    if any(c is None for c in classes):
+        return ds  # rows without labels (hand-made data, older locate rows) have nothing to balance
+    by_class: dict[str, list[int]] = {}
+    for i, c in enumerate(classes):
+        by_class.setdefault(c, []).append(i)
+    if len(by_class) < 2:
+        return ds
+    rng = random.Random(seed)
+    per, extra = divmod(len(ds), len(by_class))
+    keep: list[int] = []
+    for k, c in enumerate(sorted(by_class)):
+        rows, want = by_class[c], per + (k < extra)
+        if len(rows) >= want:
+            keep += rng.sample(rows, want)
+        else:
+            keep += rows + rng.choices(rows, k=want - len(rows))
+    counts = {c: len(rows) for c, rows in sorted(by_class.items())}
+    logger.warning("%s: resampled %s to %d rows per answer class", what, counts, per)
+    return ds.select(sorted(keep), keep_in_memory=True).flatten_indices(keep_in_memory=True)
 
 
 def drop_overlong(ds: Any, tokenizer: Any, max_length: int | None, what: str) -> Any:
