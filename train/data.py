@@ -172,11 +172,11 @@ def balance_labels(ds: Any, seed: int, what: str) -> Any:
 
     if "meta" not in ds.column_names or not ds:
         return ds
-    classes = [answer_class(m) for m in ds["meta"]]
-    if any(c is None for c in classes):
-        return ds  # rows without labels (hand-made data, older locate rows) have nothing to balance
     by_class: dict[str, list[int]] = {}
-    for i, c in enumerate(classes):
+    for i, meta in enumerate(ds["meta"]):
+        c = answer_class(meta)
+        if c is None:
+            return ds  # rows without labels (hand-made data, older locate rows) have nothing to balance
         by_class.setdefault(c, []).append(i)
     if len(by_class) < 2:
         return ds
