@@ -92,6 +92,7 @@ def test_restore_point_rows_are_balanced_between_staying_and_stepping_back() -> 
     assert classes.count("stay") == classes.count("step back") == 10 and len(out) == 20
     assert answer_class({"decision": "locate_fine", "label": "4", "step": 4}) == "stay"  # rows without meta.restore
     assert answer_class({"decision": "locate_coarse", "label": "1", "step": 4}) is None
+    assert answer_class({"decision": "locate_fine", "label": "1"}) is None  # hand-made rows
 
 
 def test_calibration_writes_the_threshold_that_tuned_controllers_use(tmp_path: Path) -> None:

@@ -148,8 +148,9 @@ def load_datasets(
 def answer_class(meta: dict[str, Any]) -> str | None:
     """The class of a row's answer that balancing evens out: a review row's label ("recover" or
     "continue"); for a restore-point row (coarse or fine), "stay" when the restore label is the
-    current checkpoint (recover without rolling back) else "step back"; None for other rows or for
-    locate rows built before `meta.restore` existed (a fine row still tells by its label)."""
+    current checkpoint (recover without rolling back) else "step back"; None for other rows, hand-made
+    rows without `meta.step`, and coarse rows built before `meta.restore` existed (a fine row still
+    tells by its label)."""
     decision = meta.get("decision")
     if decision == "review":
         return meta.get("label")
@@ -158,7 +159,7 @@ def answer_class(meta: dict[str, Any]) -> str | None:
     restore = meta.get("restore")
     if restore is None and decision == "locate_fine" and meta.get("label") is not None:
         restore = int(meta["label"])
-    if restore is None:
+    if restore is None or meta.get("step") is None:
         return None
     return "stay" if int(restore) == int(meta["step"]) else "step back"
 
