@@ -77,21 +77,20 @@ def _rows(
         return rows
     if not stratify:
         return _spaced(rows, max_rows)
-    groups: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault((row["meta"]["decision"], answer_class(row["meta"])), []).append(row)
-    picked: list[dict[str, Any]] = []
+    groups: dict[tuple[str, str | None], list[int]] = {}
+    for i, row in enumerate(rows):
+        groups.setdefault((row["meta"]["decision"], answer_class(row["meta"])), []).append(i)
+    picked: list[int] = []
     left = max_rows
     for k, group in enumerate(sorted(groups.values(), key=len)):  # small groups first: they give up their share
         take = min(len(group), left // (len(groups) - k))
         picked += _spaced(group, take)
         left -= take
-    order = {id(row): i for i, row in enumerate(rows)}
-    return sorted(picked, key=lambda row: order[id(row)])
+    return [rows[i] for i in sorted(picked)]
 
 
-def _spaced(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    return [rows[i * len(rows) // n] for i in range(n)] if n < len(rows) else rows
+def _spaced(items: list[Any], n: int) -> list[Any]:
+    return [items[i * len(items) // n] for i in range(n)] if n < len(items) else items
 
 
 def score_controller(
