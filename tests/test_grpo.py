@@ -162,6 +162,33 @@ def test_grpo_view_carries_the_value_table_and_class_weights(data: Path) -> None
     assert set(unweighted["weight"]) == {1.0}
 
 
+def test_restore_point_rewards_are_weighted_by_stay_or_step_back(tmp_path: Path) -> None:
+    """One locate row in four stays at the current checkpoint: GRPO weights its reward up (and the
+    step-back rows' down) as SFT resamples them, unless balance_locate is off."""
+    from datasets import Dataset, DatasetDict
+
+    from train.grpo import GRPOScriptArguments
+    from train.grpo_data import load_grpo_datasets
+    from train.rewards import locate_reward
+
+    rows = []
+    for i in range(8):
+        row = sft_row("locate_fine", i)
+        row["meta"] = {**row["meta"], "step": 4, "restore": 4 if i % 4 == 0 else 2}
+        rows.append(row)
+    DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "locate_sft"))
+    train, _, _, _ = load_grpo_datasets(GRPOScriptArguments(data=str(tmp_path), decision_types=["locate"]), False)
+    assert sorted(train["weight"]) == pytest.approx([8 / 12] * 6 + [2.0] * 2)
+    row = next(r for r in train if r["weight"] == pytest.approx(2.0))
+    cols = {k: [row[k]] for k in ("decision", "values", "choices", "weight")}
+    answer = dump("locate_fine", 2)  # type: ignore[arg-type]
+    assert locate_reward([answer], **cols, lateness=0.0) == [pytest.approx(2.0)]  # V(2) = 1, stay weight 2
+    flat, _, _, _ = load_grpo_datasets(
+        GRPOScriptArguments(data=str(tmp_path), decision_types=["locate"], balance_locate=False), False
+    )
+    assert set(flat["weight"]) == {1.0}
+
+
 def test_prefilled_prompts_end_with_the_answer_opening_the_ranker_scores(data: Path) -> None:
     """A prefilled prompt is the chat text the ranking controller scores after, then the opening of
     each of its candidate answers; the rewards read the sampled decision after that opening."""

@@ -60,6 +60,13 @@ class GRPOScriptArguments(TrainScriptArguments):
             "a constant answer cannot win the commoner label (GRPO balances by weights, not by oversampling)"
         },
     )
+    balance_locate: bool = field(
+        default=True,
+        metadata={
+            "help": "weight each restore-point reward by the inverse frequency of its answer class (stay at "
+            "the current checkpoint, or step back) in the train split"
+        },
+    )
     prefill_answer: bool = field(
         default=True,
         metadata={

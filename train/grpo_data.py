@@ -6,7 +6,7 @@ and the columns the rewards (`train/rewards.py`) read, taken from its `meta`.
 | `prompt` | the decision prompt (chat messages), as rendered for the controllers |
 | `decision` | review, locate_coarse or locate_fine |
 | `label` | the hindsight answer (review verdict, segment, checkpoint) |
-| `weight` | review: the class weight of `label` in the training split; locate: 1 |
+| `weight` | the inverse frequency of the answer's class in the training split (`train.data.answer_class`) |
 | `values` | JSON {checkpoint: V} for every admissible checkpoint, measured or implied |
 | `values_implied` | whether some of them were implied rather than measured |
 | `v_now`, `best_value` | V at the decision, and the best V a restore reaches |
@@ -34,7 +34,8 @@ from typing import Any
 from rir_runtime.decisions import ANSWER_OPENING
 from rir_runtime.errors import UserInputError
 from train.args import TrainScriptArguments
-from train.rewards import class_weights
+from train.data import answer_class
+from train.rewards import LOCATE_KINDS, class_weights
 
 GRPO_TYPES = ("review", "locate")
 META_KEYS = ("decision", "label", "values", "v_now", "context")
@@ -74,6 +75,18 @@ def offered_choices(kind: str, ctx: dict[str, Any]) -> dict[int, list[int]]:
     return {}
 
 
+def train_class_weights(metas: Sequence[dict[str, Any]], script_args: TrainScriptArguments) -> dict[str, float]:
+    """Inverse class frequencies in the training split, per decision group that is balanced: review
+    labels (`balance_review`) and restore points that stay or step back (`balance_locate`). GRPO
+    balances by weighting rewards, where SFT and DPO resample rows."""
+    weights: dict[str, float] = {}
+    for balanced, kinds in ((script_args.balance_review, ("review",)), (script_args.balance_locate, LOCATE_KINDS)):
+        classes = [c for m in metas if m["decision"] in kinds and (c := answer_class(m)) is not None]
+        if balanced and classes:
+            weights.update(class_weights(classes))
+    return weights
+
+
 def view_row(row: dict[str, Any], weights: Mapping[str, float]) -> dict[str, Any]:
     """One GRPO row from one `*_sft` row."""
     meta = row["meta"]
@@ -85,7 +98,7 @@ def view_row(row: dict[str, Any], weights: Mapping[str, float]) -> dict[str, Any
     return {
         "decision": kind,
         "label": label,
-        "weight": weights.get(label, 1.0) if kind == "review" else 1.0,
+        "weight": weights.get(answer_class(meta) or "", 1.0),
         "values": json.dumps({str(k): v for k, v in tab.values.items()}),
         "values_implied": bool(tab.implied),
         "v_now": float(meta["v_now"]),
@@ -143,8 +156,7 @@ def load_grpo_datasets(
             _check_meta(folder, dd[split])
             fingerprints[f"{name}/{split}"] = dd[split]._fingerprint
             raw[split].append(dd[split])
-    train_labels = [m["label"] for ds in raw[script_args.train_split] for m in ds["meta"] if m["decision"] == "review"]
-    weights = class_weights(train_labels) if train_labels and script_args.balance_review else {}
+    weights = train_class_weights([m for ds in raw[script_args.train_split] for m in ds["meta"]], script_args)
     out: list[Any] = []
     for split, cap in (
         (script_args.train_split, script_args.max_train_samples),
@@ -178,4 +190,5 @@ def value_summary(ds: Any, weights_from: str = "train split") -> dict[str, Any]:
         "rows_with_implied_values": implied,
         "implied_by": IMPLIED_BY if implied else None,
         "review_class_weights": f"inverse label frequency in the {weights_from}",
+        "locate_class_weights": f"inverse frequency of stay / step back restore points in the {weights_from}",
     }

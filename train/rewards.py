@@ -7,7 +7,8 @@ branch when the data was built, so an answer is scored exactly and without calli
   of its segment, which the fine decision can then reach), minus a lateness penalty that orders
   answers of equal value by the progress they throw away. The penalty is a fraction of the
   smallest gap between two values of the table, so a higher value always wins. An answer the
-  prompt does not offer, or a reply that does not parse, gets 0.
+  prompt does not offer, or a reply that does not parse, gets 0. The reward is weighted by the
+  class of the row's label (stay at the current checkpoint, or step back) as review rewards are.
 - review: agreement with the hindsight verdict, times the verdict's class weight (the inverse of
   its frequency in the training split). Answering one way always then earns 1/k of the best
   mean reward (k classes): with weights from the same rows, the mean reward is the balanced
@@ -149,13 +150,17 @@ def locate_reward(
     choices: list[str],
     opening: list[str] | None = None,
     lateness: float = DEFAULT_LATENESS,
+    weight: list[float] | None = None,
     **_: Any,
 ) -> list[float | None]:
-    """The restored checkpoint's value with the lateness order, for locate rows (None elsewhere)."""
+    """The restored checkpoint's value with the lateness order, times the row's class weight (stay or
+    step back), for locate rows (None elsewhere)."""
+    weights = weight or [1.0] * len(completions)
     out: list[float | None] = []
-    for text, kind, vals, chs in zip(replies(completions, opening), decision, values, choices, strict=True):
+    rows = zip(replies(completions, opening), decision, values, choices, weights, strict=True)
+    for text, kind, vals, chs, w in rows:
         if kind in LOCATE_KINDS:
-            out.append(locate_score(kind, text, table(vals), answers(chs), lateness))
+            out.append(w * locate_score(kind, text, table(vals), answers(chs), lateness))
         else:
             out.append(None)
     return out
