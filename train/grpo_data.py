@@ -75,14 +75,15 @@ def offered_choices(kind: str, ctx: dict[str, Any]) -> dict[int, list[int]]:
     return {}
 
 
-def train_class_weights(metas: Sequence[dict[str, Any]], script_args: TrainScriptArguments) -> dict[str, float]:
-    """Inverse class frequencies in the training split, per decision group that is balanced: review
-    labels (`balance_review`) and restore points that stay or step back (`balance_locate`). GRPO
-    balances by weighting rewards, where SFT and DPO resample rows."""
+def train_class_weights(metas: Sequence[dict[str, Any]], review: bool, locate: bool) -> dict[str, float]:
+    """Inverse class frequencies (`answer_class`) in the training split's rows, per decision group
+    balanced: review labels and/or restore points that stay or step back. GRPO balances by weighting
+    rewards, where SFT and DPO resample rows."""
     weights: dict[str, float] = {}
-    for balanced, kinds in ((script_args.balance_review, ("review",)), (script_args.balance_locate, LOCATE_KINDS)):
+    groups = ([("review",)] if review else []) + ([LOCATE_KINDS] if locate else [])
+    for kinds in groups:
         classes = [c for m in metas if m["decision"] in kinds and (c := answer_class(m)) is not None]
-        if balanced and classes:
+        if classes:
             weights.update(class_weights(classes))
     return weights
 
@@ -156,7 +157,8 @@ def load_grpo_datasets(
             _check_meta(folder, dd[split])
             fingerprints[f"{name}/{split}"] = dd[split]._fingerprint
             raw[split].append(dd[split])
-    weights = train_class_weights([m for ds in raw[script_args.train_split] for m in ds["meta"]], script_args)
+    metas = [m for ds in raw[script_args.train_split] for m in ds["meta"]]
+    weights = train_class_weights(metas, script_args.balance_review, script_args.balance_locate)
     out: list[Any] = []
     for split, cap in (
         (script_args.train_split, script_args.max_train_samples),

@@ -22,19 +22,20 @@ from typing import Any
 
 from rir_runtime.decisions import DecisionKind, dump
 from rir_runtime.errors import UserInputError
-from train.grpo_data import view_row
-from train.rewards import DEFAULT_LATENESS, class_weights, locate_reward, review_reward
+from train.grpo_data import train_class_weights, view_row
+from train.rewards import DEFAULT_LATENESS, locate_reward, review_reward
 
 
 def review_weights(data: str | Path) -> dict[str, float]:
-    """The review class weights GRPO trains with: inverse label frequency in the train split."""
+    """The review class weights GRPO trains with: inverse label frequency in the train split. Restore
+    points are scored unweighted, so offline locate rewards stay comparable across builds."""
     from datasets import load_from_disk
 
     folder = Path(data) / "review_sft"
     if not (folder / "dataset_dict.json").is_file():
         raise UserInputError(f"{folder} is not a dataset of `rir build-data`: pass its --out folder as --data")
     dataset = load_from_disk(str(folder))
-    return class_weights([meta["label"] for meta in dataset["train"]["meta"]]) if "train" in dataset else {}
+    return train_class_weights(dataset["train"]["meta"], review=True, locate=False) if "train" in dataset else {}
 
 
 def decision_reward(
