@@ -6,7 +6,12 @@ its gold path (ScienceWorld), any harmless detour drops it to 0, so review label
 of the actual agent (its policy, with the memory it had and the memory guidance it uses) from the
 checkpoint and counts how often it succeeds.
 
-Continuations are cached by (task, action prefix, k): decision points of one episode, and the
+A recovery in RIR rolls the world back and keeps a reflection. With `label_value: agent-lesson` the
+continuations that value a recovery start with the hindsight reflection of their restore point in
+memory (as the loop would add it), while the value of continuing does not: a recovery that pays only
+through what the agent learned (stay where it is, blame the move that looped) then shows in the labels.
+
+Continuations are cached by (task, action prefix, k, kept reflection): decision points of one episode, and the
 exploratory variants that share its prefix, reuse them; the cache is an append-only JSONL file, so a
 killed build resumes. Each continuation is capped at `max_steps` environment steps.
 """
@@ -19,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from rir_runtime.decisions import Reflection
 from rir_runtime.envs import Env, Snapshot
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import RestoreError
@@ -41,6 +47,8 @@ class AgentValue:
     rollouts: int = 2
     max_steps: int = 30
     guidance: Guidance = field(default_factory=Guidance)
+    lesson: bool = False  # label_value agent-lesson: a recovery's continuations keep its reflection
+    remember_abandoned: bool = False  # as the loop's preset: a recovery also blames the abandoned step
     cache_file: Path | None = None
     env_steps: int = 0
     continuations: int = 0
@@ -58,27 +66,45 @@ class AgentValue:
                     continue  # a partial last line of a killed build: that continuation reruns
                 self._cache[row["key"]] = bool(row["won"])
 
-    def value(self, env: Env, point: DecisionPoint, i: int, snapshot: Snapshot) -> float:
-        """The success rate of the agent continued from checkpoint i of the point's branch."""
+    def value(
+        self, env: Env, point: DecisionPoint, i: int, snapshot: Snapshot, kept: Reflection | None = None
+    ) -> float:
+        """The success rate of the agent continued from checkpoint i of the point's branch; `kept`: the
+        reflection a recovery to i would add to memory (None: continue with the memory as it was)."""
         prefix = point.history[:i]
-        wins = [self._continue(env, point, prefix, snapshot, k) for k in range(self.rollouts)]
+        wins = [self._continue(env, point, prefix, snapshot, k, kept) for k in range(self.rollouts)]
         return sum(wins) / len(wins)
 
-    def _continue(self, env: Env, point: DecisionPoint, prefix: tuple[Step, ...], start: Snapshot, k: int) -> bool:
-        key = json.dumps([self.name, point.task.key, [s.action for s in prefix], k])
+    def _continue(
+        self, env: Env, point: DecisionPoint, prefix: tuple[Step, ...], start: Snapshot, k: int, kept: Reflection | None
+    ) -> bool:
+        parts: list[object] = [self.name, point.task.key, [s.action for s in prefix], k]
+        key = json.dumps(parts + ([kept.to_json(), self.remember_abandoned] if kept else []))
         if key not in self._cache:
-            self._cache[key] = self._run(env, point, prefix, start, k)
+            self._cache[key] = self._run(env, point, prefix, start, k, kept)
             self._write(key, self._cache[key])
         return self._cache[key]
 
-    def _run(self, env: Env, point: DecisionPoint, prefix: tuple[Step, ...], start: Snapshot, k: int) -> bool:
+    def _memory(self, point: DecisionPoint, prefix: tuple[Step, ...], kept: Reflection | None) -> ReflectionMemory:
+        """The memory a continuation starts with: the point's, plus what a recovery to `prefix` keeps."""
+        memory = ReflectionMemory.from_snapshot(point.memory, point.objective)
+        if kept is not None:
+            actions = tuple(s.action for s in prefix)
+            memory.add(kept, anchor=actions)
+            if self.remember_abandoned and len(prefix) < len(point.history):
+                memory.remember_abandoned(actions, point.history[len(prefix)].action)
+        return memory
+
+    def _run(
+        self, env: Env, point: DecisionPoint, prefix: tuple[Step, ...], start: Snapshot, k: int, kept: Reflection | None
+    ) -> bool:
         try:
             obs = env.restore(start)
         except RestoreError:
             return False
         self.continuations += 1
         policy = self.make_policy(env, k)
-        memory = ReflectionMemory.from_snapshot(point.memory, point.objective)
+        memory = self._memory(point, prefix, kept)
         history, observation = prefix, obs.text
         for _ in range(self.max_steps):
             ctx = AgentContext(

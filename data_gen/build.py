@@ -35,6 +35,7 @@ from rir_runtime.prompts import DecisionContext, Messages, fit_decision
 from rir_runtime.trace import TRACE_SCHEMA_VERSION, EpisodeRecord, read_records
 
 SFT = ("review_sft", "locate_sft", "reflect_sft")
+LABEL_VALUES = ("expert", "agent", "agent-lesson")
 PREF = ("review_pref", "locate_pref", "reflect_pref")
 
 
@@ -56,9 +57,13 @@ class BuildConfig:
         metadata={
             "help": "whose chance to succeed from a checkpoint the labels compare: the environment's expert "
             "plan, or K continuations of the rollout's own agent (slower; right where the expert knows only "
-            "a gold path)",
-            "choices": ["expert", "agent"],
+            "a gold path); agent-lesson: as agent, with a recovery's reflection kept in its continuations' memory",
+            "choices": list(LABEL_VALUES),
         },
+    )
+    run_label_values: list[str] = field(
+        default_factory=list,
+        metadata={"help": "per rollout folder, FOLDER_NAME=VALUE (e.g. rollout-tw=agent-lesson); others: label_value"},
     )
     value_rollouts: int = field(default=2, metadata={"help": "agent values: continuations per checkpoint (K)"})
     value_max_steps: int = field(default=30, metadata={"help": "agent values: environment steps per continuation"})
@@ -77,13 +82,25 @@ class BuildConfig:
             raise ValueError("rollouts is empty: pass --rollouts DIR[,DIR...]")
         if not 0.0 < self.val_fraction < 1.0:
             raise ValueError("val_fraction must be within (0, 1)")
-        if self.label_value not in ("expert", "agent"):
-            raise ValueError(f"label_value must be expert or agent, not {self.label_value!r}")
+        for value in [self.label_value, *self.run_values().values()]:
+            if value not in LABEL_VALUES:
+                raise ValueError(f"label value {value!r} is not one of {', '.join(LABEL_VALUES)}")
         if self.value_rollouts < 1 or self.value_max_steps < 1:
             raise ValueError("value_rollouts and value_max_steps must be >= 1")
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
         check_executor(self.executor, self.ray_address)
+
+    def run_values(self) -> dict[str, str]:
+        """`run_label_values` as {rollout folder name: label value}."""
+        pairs = [item.partition("=") for item in self.run_label_values]
+        if bad := [a for a, eq, b in pairs if not (eq and a and b)]:
+            raise ValueError(f"run_label_values {bad} are not FOLDER_NAME=VALUE")
+        return {a: b for a, _, b in pairs}
+
+    def label_value_of(self, run: str) -> str:
+        """The label value of a rollout folder's episodes."""
+        return self.run_values().get(Path(run).name, self.label_value)
 
 
 # --- loading runs ---------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ ScienceWorld's remaining gold path while the branch still follows it, the worksh
 labels follow:
 
 - review: `recover` when the best admissible `V(C_r)` is clearly above `V(C_t)`;
-- restore point: the latest admissible checkpoint with maximal `V`, and its coarse segment;
+- restore point: the latest admissible checkpoint with maximal `V` (of those probed), and its coarse
+  segment;
 - reflection preference: K retries of the base policy from the restore point, once per
   candidate reflection (the controller's, the hindsight one, none); higher success is chosen.
 
@@ -134,13 +135,19 @@ def label_point(
     indices = list(range(len(h))) if terminal else list(range(len(h) + 1))
 
     def value(i: int) -> float:
-        return agent.value(env, point, i, snaps[i]) if agent else probe._rollout(snaps[i])
+        """V of recovering to checkpoint i (with agent-lesson values, its reflection kept in memory)."""
+        if agent is None:
+            return probe._rollout(snaps[i])
+        return agent.value(env, point, i, snaps[i], hindsight_reflection(point, i) if agent.lesson else None)
 
     if not indices:
         return Label(point, {}, 0.0, "continue", None, None, (), spent, 0)
-    restore, values = (latest_best_bisect if bisect else latest_best_linear)(indices, value)
+    _, values = (latest_best_bisect if bisect else latest_best_linear)(indices, value)
+    restore = max(values, key=lambda i: (values[i], i))  # = the search's answer where V never rises
     if terminal:
         v_now = 1.0 if h[-1].won else 0.0
+    elif agent is not None and agent.lesson:
+        v_now = agent.value(env, point, len(h), snaps[len(h)])  # continuing keeps the memory as it was
     else:
         v_now = values[len(h)] if len(h) in values else value(len(h))
     best = values[restore]
@@ -195,12 +202,17 @@ def retry_success(
     return wins / retries
 
 
+def hindsight_reflection(point: DecisionPoint, r: int) -> Reflection:
+    """The reflection a recovery to checkpoint r keeps (the heuristic What's, from the branch as it stood)."""
+    return reflection_for(context_for(point, restore_point=r), r)
+
+
 def reflection_candidates(label: Label) -> list[Reflection]:
     """The controller's own reflection (if any), the hindsight one, the hindsight one blaming another
     action of the abandoned branch (as informative, wrong about the cause), and none (a baseline)."""
     ctx = context_for(label.point, restore_point=label.restore)
     r = label.restore or 0
-    hindsight = reflection_for(ctx, r)
+    hindsight = hindsight_reflection(label.point, r)
     out = [hindsight]
     if hindsight.failure is not None:
         culprit = hindsight.failure.action

@@ -81,7 +81,7 @@ def label_episodes(
     check_label_settings(cache, cfg)
     done = read_label_cache(cache)
     points = [decision_points(record, source)[-cfg.points_per_episode :] for record, source in episodes]
-    todo = episodes_to_label(episodes, points, done, cfg.label_value == "agent")
+    todo = episodes_to_label(episodes, points, done, cfg)
     runner = make_executor(cfg.executor, cfg.workers, 1, cfg.ray_address)
     with cache.open("a") as fh, tqdm(total=len(todo), desc="labelling", unit="ep", file=sys.stderr) as bar:
         for result in runner.map_unordered(partial(Labeller, cfg, cache.parent.resolve()), todo):
@@ -115,7 +115,7 @@ def episodes_to_label(
     episodes: list[tuple[EpisodeRecord, str]],
     points: list[list[DecisionPoint]],
     done: dict[str, dict[str, Any]],
-    agent_values: bool,
+    cfg: BuildConfig,
 ) -> list[EpisodeToLabel]:
     """The labelling work in the episodes' order. V_agent of a policy and error rate continues the
     first such episode that needs labels, whichever worker labels a later one."""
@@ -128,6 +128,7 @@ def episodes_to_label(
             continue
         claimed |= ids
         value_source = first.setdefault(value_key(record), (record, str(Path(source).resolve())))
+        agent_values = cfg.label_value_of(source) != "expert"
         todo.append(EpisodeToLabel(record, source, ids, value_source if agent_values else None))
     return todo
 
@@ -139,7 +140,7 @@ class Labeller:
     def __init__(self, cfg: BuildConfig, out: Path) -> None:
         self.cfg, self.out = cfg, out
         self.envs: dict[str, Any] = {}
-        self.values: dict[str, AgentValue] = {}
+        self.values: dict[tuple[str, bool], AgentValue] = {}
 
     def __call__(self, item: EpisodeToLabel) -> LabelledEpisode:
         cfg, record = self.cfg, item.record
@@ -170,7 +171,7 @@ class Labeller:
             value.close()
 
 
-LABEL_SETTINGS = ("label_value", "value_rollouts", "value_max_steps", "bisect")
+LABEL_SETTINGS = ("label_value", "run_label_values", "value_rollouts", "value_max_steps", "bisect")
 
 
 def check_label_settings(cache: Path, cfg: BuildConfig) -> None:
@@ -189,19 +190,28 @@ def check_label_settings(cache: Path, cfg: BuildConfig) -> None:
 
 
 def agent_value(
-    values: dict[str, AgentValue], record: EpisodeRecord, source: str, cfg: BuildConfig, out: Path
+    values: dict[tuple[str, bool], AgentValue], record: EpisodeRecord, source: str, cfg: BuildConfig, out: Path
 ) -> AgentValue:
     """The V_agent estimator of a rollout's agent (one per policy, error rate and seed: the k = 0
-    continuation replays the episode's own error draws), its cache in `out`."""
+    continuation replays the episode's own error draws; and per label value: agent-lesson continuations
+    keep a recovery's reflection), its cache in `out`."""
+    lesson = cfg.label_value_of(source) == "agent-lesson"
     key = value_key(record)
-    if key not in values:
+    if (key, lesson) not in values:
         run = json.loads((Path(source) / "run.json").read_text()).get("config", {})
         factory = policy_factory(record.policy, run.get("policy_mode", "rank"), record.error_rate, record.seed)
-        guidance = PRESETS[record.method].guidance if record.method in PRESETS else Guidance()
-        values[key] = AgentValue(
-            factory, key, cfg.value_rollouts, cfg.value_max_steps, guidance, out / "agent_values.jsonl"
+        preset = PRESETS.get(record.method)
+        values[key, lesson] = AgentValue(
+            factory,
+            key,
+            cfg.value_rollouts,
+            cfg.value_max_steps,
+            preset.guidance if preset else Guidance(),
+            lesson=lesson,
+            remember_abandoned=bool(preset and preset.remember_abandoned),
+            cache_file=out / "agent_values.jsonl",
         )
-    return values[key]
+    return values[key, lesson]
 
 
 def value_key(record: EpisodeRecord) -> str:

@@ -42,6 +42,7 @@ class Suite:
     policy: str = ""
     policy_mode: str = ""
     budget_agent: str = ""
+    label_value: str = ""  # e.g. agent-lesson for the suite of the agent's own rollouts
 
     @property
     def label(self) -> str:
@@ -61,10 +62,13 @@ class PipelineConfig:
     label_value: str = field(
         default="expert",
         metadata={
-            "help": "hindsight values of the labels: the expert's or the agent's own",
-            "choices": ["expert", "agent"],
+            "help": "hindsight values of the labels: the expert's or the agent's own (agent-lesson: a "
+            "recovery's reflection kept in memory); a suite may set its own",
+            "choices": ["expert", "agent", "agent-lesson"],
         },
     )
+    value_rollouts: int = field(default=2, metadata={"help": "agent values: continuations per checkpoint (K)"})
+    value_max_steps: int = field(default=30, metadata={"help": "agent values: environment steps per continuation"})
     explore: list[str] = field(
         default_factory=lambda: ["random-review", "random-restore"],
         metadata={"help": "exploratory rollout controllers"},
@@ -175,6 +179,12 @@ def rollout_stage(stages: Stages, cfg: PipelineConfig, suite: Suite) -> Path:
     return stages.run(f"rollout-{suite.label}", settings, lambda d: rollout(replace(rc, out=str(d))))
 
 
+def suite_label_values(cfg: PipelineConfig, rollouts: list[Path]) -> list[tuple[Path, str]]:
+    """The rollout folders whose suite sets its own label value, with that value."""
+    own = {f"rollout-{suite.label}": suite.label_value for suite in cfg.suites if suite.label_value}
+    return [(path, own[path.name]) for path in rollouts if path.name in own]
+
+
 def data_stage(stages: Stages, cfg: PipelineConfig, rollouts: list[Path]) -> Path:
     """Hindsight labels and the TRL datasets, from every suite's rollouts."""
     from data_gen.build import BuildConfig, build
@@ -184,9 +194,14 @@ def data_stage(stages: Stages, cfg: PipelineConfig, rollouts: list[Path]) -> Pat
         max_prompt_tokens=cfg.max_prompt_tokens,
         tokenizer=cfg.base_model,
         label_value=cfg.label_value,
+        run_label_values=[f"{path.name}={value}" for path, value in suite_label_values(cfg, rollouts)],
+        value_rollouts=cfg.value_rollouts,
+        value_max_steps=cfg.value_max_steps,
         workers=cfg.workers,
     )
-    settings = _key_settings(bc, "max_prompt_tokens tokenizer label_value")  # rollouts are inputs: their keys count
+    settings = _key_settings(  # rollouts are inputs: their keys count
+        bc, "max_prompt_tokens tokenizer label_value run_label_values value_rollouts value_max_steps"
+    )
     return stages.run("data", settings, lambda d: build(replace(bc, out=str(d))), inputs=[p.name for p in rollouts])
 
 

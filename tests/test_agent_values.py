@@ -51,3 +51,30 @@ def test_continuations_are_cached_and_settings_cannot_be_mixed(run: Path, tmp_pa
     assert (tmp_path / "agent_values.jsonl").read_text() == cached
     with pytest.raises(UserInputError, match="label_value agent -> expert"):
         build(BuildConfig(rollouts=[str(run)], out=str(tmp_path), label_value="expert"))
+
+
+def test_agent_lesson_values_keep_a_recoverys_reflection_but_not_continuing(run: Path, tmp_path: Path) -> None:
+    """The injected mistake recurs from the same state unless memory blames it: with the recovery's
+    reflection kept, some recoveries win where the plain agent would repeat its mistake; continuing
+    (v_now) is valued exactly as before."""
+    plain, lesson = tmp_path / "plain", tmp_path / "lesson"
+    build(BuildConfig(rollouts=[str(run)], out=str(plain), bisect=False, label_value="agent", value_rollouts=1))
+    name = f"{run.name}=agent-lesson"
+    build(BuildConfig(rollouts=[str(run)], out=str(lesson), bisect=False, run_label_values=[name], value_rollouts=1))
+    by_plain, by_lesson = labels(plain), labels(lesson)
+    assert set(by_plain) == set(by_lesson)
+    assert all(by_lesson[p]["v_now"] == by_plain[p]["v_now"] for p in by_plain)
+    gains = [by_lesson[p]["values"][i] - v for p in by_plain for i, v in by_plain[p]["values"].items()]
+    assert any(g > 0 for g in gains)
+    recover = [sum(rows[p]["review"] == "recover" for p in rows) for rows in (by_plain, by_lesson)]
+    assert recover[1] > recover[0]
+    assert f'"run_label_values": ["{name}"]' in (lesson / "review_sft" / "README.md").read_text()
+
+
+def test_run_label_values_must_name_a_known_value() -> None:
+    assert BuildConfig(rollouts=["runs/a"], run_label_values=["a=agent"]).label_value_of("runs/a") == "agent"
+    assert BuildConfig(rollouts=["runs/b"], run_label_values=["a=agent"]).label_value_of("runs/b") == "expert"
+    with pytest.raises(ValueError, match="'agent-memory' is not one of expert, agent, agent-lesson"):
+        BuildConfig(rollouts=["runs/a"], run_label_values=["a=agent-memory"])
+    with pytest.raises(ValueError, match="are not FOLDER_NAME=VALUE"):
+        BuildConfig(rollouts=["runs/a"], run_label_values=["agent"])

@@ -19,7 +19,7 @@ from data_gen.agent_data import AgentDataConfig
 from data_gen.build import BuildConfig
 from data_gen.rollout import RolloutConfig
 from eval.harness import EvalConfig
-from eval.pipeline import PipelineConfig, Suite, run_pipeline
+from eval.pipeline import PipelineConfig, Suite, run_pipeline, suite_label_values
 from rir_runtime.config import build_config, load_yaml
 from rir_runtime.errors import UserInputError
 from train.agent_recipe import AgentRecipeConfig
@@ -54,6 +54,14 @@ def test_eval_config_rejects_bad_names_and_empty_sweeps() -> None:
         build_config(EvalConfig, {"budget_sweep": []})
     with pytest.raises(UserInputError, match="unknown method 'reflection'.*Did you mean 'reflexion'"):
         build_config(EvalConfig, {"methods": ["reflection"]})
+
+
+def test_a_suite_may_label_its_rollouts_with_its_own_value() -> None:
+    """The recipe values the agent's own TextWorld rollouts with the lesson kept, the rest by the expert."""
+    cfg = build_config(PipelineConfig, load_yaml(ROOT / "configs/pipeline/controller_cpu.yaml"))
+    rollouts = [Path(f"runs/x/rollout-{s.label}") for s in cfg.suites]
+    assert [(p.name, v) for p, v in suite_label_values(cfg, rollouts)] == [("rollout-textworld-agent", "agent-lesson")]
+    assert cfg.label_value == "expert"
 
 
 def tiny_quickstart(out: Path) -> PipelineConfig:
