@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.metrics import binary_quality
+from eval.metrics import auroc_within, binary_quality
 from rir_runtime.controllers import make_controller
 from rir_runtime.decisions import Decision, DecisionKind, parse
 from rir_runtime.errors import ParseError, UserInputError
@@ -141,7 +141,7 @@ def score_controller(
         return answered[key]
 
     review = _rows(data, "review_sft", split, max_rows, source)
-    labels, predictions, scores = [], [], []
+    labels, predictions, scores, envs = [], [], [], []
     for row in tqdm(review, desc=f"{spec}: review", file=sys.stderr, mininterval=2.0):
         decision = decide("review", row)
         reward("review", row, decision)
@@ -149,9 +149,11 @@ def score_controller(
         predictions.append(decision.value.recover)
         # a ranked controller's log-odds margin orders the rows; a rule's verdict is its only score
         scores.append(float(decision.meta.get("margin", float(decision.value.recover))))
+        envs.append(str(row["meta"].get("env", "")))
     if review:
         q = binary_quality(labels, predictions, scores)
         m.update({f"review_{k}": v for k, v in q.to_dict().items()})
+        m["review_auroc_within_env"] = auroc_within(labels, scores, envs)
         m["review_margins"] = scores
 
     locate = _rows(data, "locate_sft", split, max_rows, source, stratify=True)
@@ -236,6 +238,7 @@ METRICS = [
     ("review_balanced_accuracy", "review balanced accuracy"),
     ("review_f1", "review F1 (recover)"),
     ("review_auroc", "review AUROC"),
+    ("review_auroc_within_env", "review AUROC within a benchmark"),
     ("review_precision", "review precision (recover)"),
     ("review_recall", "review recall (recover)"),
     ("review_accuracy", "review accuracy"),
@@ -265,7 +268,7 @@ def _cell(key: str, res: dict[str, Any]) -> str:
     if key in ("stay_accuracy", "back_exact"):
         rows = res.get("stay_rows" if key == "stay_accuracy" else "back_rows")
         return f"{value:.1%} ({rows})"
-    if key in ("review_auroc", "latency_s") or key.endswith("reward"):
+    if key.startswith("review_auroc") or key == "latency_s" or key.endswith("reward"):
         return f"{value:.3f}"
     return f"{value:.1%}"
 

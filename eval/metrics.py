@@ -64,6 +64,20 @@ def auroc(labels: Sequence[bool], scores: Sequence[float]) -> float | None:
     return float(u) / (len(positives) * len(negatives))
 
 
+def auroc_within(labels: Sequence[bool], scores: Sequence[float], groups: Sequence[str]) -> float | None:
+    """AUROC over the positive-negative pairs of one group only (e.g. one benchmark): a score whose
+    level differs by group (labels of two benchmarks mean different things) cannot buy ranking
+    quality here, as it can in the pooled AUROC. Groups weigh by their number of pairs."""
+    correct = pairs = 0.0
+    for group in sorted(set(groups)):
+        mine = [(y, s) for y, s, g in zip(labels, scores, groups, strict=True) if g == group]
+        n = sum(y for y, _ in mine) * sum(not y for y, _ in mine)
+        value = auroc([y for y, _ in mine], [s for _, s in mine])
+        if value is not None:
+            correct, pairs = correct + value * n, pairs + n
+    return correct / pairs if pairs else None
+
+
 def best_threshold(labels: Sequence[bool], scores: Sequence[float]) -> float:
     """The score threshold (predict positive above it) with the highest balanced accuracy; midpoints
     between neighbouring scores, so the threshold generalises rather than sitting on one row."""

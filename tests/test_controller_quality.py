@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.metrics import auroc, best_threshold, binary_quality
+from eval.metrics import auroc, auroc_within, best_threshold, binary_quality
 from rir_runtime.controllers import PromptedController, make_controller
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError
@@ -37,6 +37,20 @@ def test_auroc_and_the_best_threshold() -> None:
     cut = best_threshold(labels, margins)
     assert -9.5 < cut < -8.0
     assert binary_quality(labels, [m > cut for m in margins], margins).balanced_accuracy == 1.0
+
+
+def test_auroc_within_a_benchmark_ignores_an_offset_between_benchmarks() -> None:
+    """Scores that sit higher on one benchmark, where more rows are positive, buy pooled AUROC but
+    not AUROC within each benchmark."""
+    labels = [True, True, False, True, False, False]
+    envs = ["tw", "tw", "tw", "sw", "sw", "sw"]
+    scores = [1.0, 1.2, 1.5, -3.0, -2.0, -1.0]  # inside each benchmark every negative scores higher
+    assert auroc(labels, scores) == 4 / 9
+    assert auroc_within(labels, scores, envs) == 0.0
+    scores[3] = 0.0  # now right on sw's two pairs
+    assert auroc_within(labels, scores, envs) == 2 / 4
+    assert auroc_within(labels, scores, ["tw"] * 3 + ["sw", "x", "y"]) == 0.0  # groups with one class count not
+    assert auroc_within([True, False], [1.0, 0.0], ["a", "b"]) is None
 
 
 @dataclass
