@@ -117,8 +117,8 @@ def episodes_to_label(
     done: dict[str, dict[str, Any]],
     cfg: BuildConfig,
 ) -> list[EpisodeToLabel]:
-    """The labelling work in the episodes' order. V_agent of a policy and error rate continues the
-    first such episode that needs labels, whichever worker labels a later one."""
+    """The labelling work in the episodes' order. V_agent of a policy, error rate and rollout folder
+    continues the first such episode that needs labels, whichever worker labels a later one."""
     claimed: set[str] = set(done)
     first: dict[str, tuple[EpisodeRecord, str]] = {}
     todo = []
@@ -127,7 +127,8 @@ def episodes_to_label(
         if not ids:
             continue
         claimed |= ids
-        value_source = first.setdefault(value_key(record), (record, str(Path(source).resolve())))
+        run = str(Path(source).resolve())
+        value_source = first.setdefault(value_key(record, run), (record, run))
         agent_values = cfg.label_value_of(source) != "expert"
         todo.append(EpisodeToLabel(record, source, ids, value_source if agent_values else None))
     return todo
@@ -140,7 +141,7 @@ class Labeller:
     def __init__(self, cfg: BuildConfig, out: Path) -> None:
         self.cfg, self.out = cfg, out
         self.envs: dict[str, Any] = {}
-        self.values: dict[tuple[str, bool], AgentValue] = {}
+        self.values: dict[str, AgentValue] = {}
 
     def __call__(self, item: EpisodeToLabel) -> LabelledEpisode:
         cfg, record = self.cfg, item.record
@@ -190,18 +191,18 @@ def check_label_settings(cache: Path, cfg: BuildConfig) -> None:
 
 
 def agent_value(
-    values: dict[tuple[str, bool], AgentValue], record: EpisodeRecord, source: str, cfg: BuildConfig, out: Path
+    values: dict[str, AgentValue], record: EpisodeRecord, source: str, cfg: BuildConfig, out: Path
 ) -> AgentValue:
-    """The V_agent estimator of a rollout's agent (one per policy, error rate and seed: the k = 0
-    continuation replays the episode's own error draws; and per label value: agent-lesson continuations
-    keep a recovery's reflection), its cache in `out`."""
+    """The V_agent estimator of a rollout's agent (one per policy, error rate, seed and rollout folder:
+    the k = 0 continuation replays the episode's own error draws), its cache in `out`; with
+    agent-lesson, a recovery's continuations keep its reflection."""
     lesson = cfg.label_value_of(source) == "agent-lesson"
-    key = value_key(record)
-    if (key, lesson) not in values:
+    key = value_key(record, source)
+    if key not in values:
         run = json.loads((Path(source) / "run.json").read_text()).get("config", {})
         factory = policy_factory(record.policy, run.get("policy_mode", "rank"), record.error_rate, record.seed)
         preset = PRESETS.get(record.method)
-        values[key, lesson] = AgentValue(
+        values[key] = AgentValue(
             factory,
             key,
             cfg.value_rollouts,
@@ -211,8 +212,10 @@ def agent_value(
             remember_abandoned=bool(preset and preset.remember_abandoned),
             cache_file=out / "agent_values.jsonl",
         )
-    return values[key, lesson]
+    return values[key]
 
 
-def value_key(record: EpisodeRecord) -> str:
-    return f"{record.policy}|{record.error_rate}|{record.seed}"
+def value_key(record: EpisodeRecord, run: str) -> str:
+    """One estimator per rollout folder as well: two suites may run one policy name in different
+    action modes (ScienceWorld generates, TextWorld ranks), and a continuation must act as its run did."""
+    return f"{record.policy}|{record.error_rate}|{record.seed}|{Path(run).name}"

@@ -78,3 +78,24 @@ def test_run_label_values_must_name_a_known_value() -> None:
         BuildConfig(rollouts=["runs/a"], run_label_values=["a=agent-memory"])
     with pytest.raises(ValueError, match="are not FOLDER_NAME=VALUE"):
         BuildConfig(rollouts=["runs/a"], run_label_values=["agent"])
+
+
+def test_each_rollout_folder_values_its_own_agent(run: Path, tmp_path: Path) -> None:
+    """Two suites may run one policy name with one seed (the shipped agent generating on ScienceWorld,
+    ranking on TextWorld): each folder's episodes are continued by an agent of that folder's run."""
+    from data_gen.build import load_runs
+    from data_gen.hindsight import decision_points
+    from data_gen.labelling import episodes_to_label
+
+    twin = tmp_path / "rollout-twin"  # the same policy, error rate and seeds; another budget, so other episodes
+    rollout(
+        RolloutConfig(
+            env="builtin", tasks=["workshop-3"], variations="0-5", error_rate=0.3, budget_agent="30", out=str(twin)
+        )
+    )
+    cfg = BuildConfig(rollouts=[str(run), str(twin)], label_value="agent")
+    episodes = load_runs(cfg.rollouts)
+    points = [decision_points(record, source) for record, source in episodes]
+    todo = episodes_to_label(episodes, points, {}, cfg)
+    assert {Path(item.source).name for item in todo} == {run.name, twin.name}
+    assert all(item.value_source and Path(item.value_source[1]).name == Path(item.source).name for item in todo)

@@ -57,10 +57,12 @@ def test_eval_config_rejects_bad_names_and_empty_sweeps() -> None:
 
 
 def test_a_suite_may_label_its_rollouts_with_its_own_value() -> None:
-    """The recipe values the agent's own TextWorld rollouts with the lesson kept, the rest by the expert."""
-    cfg = build_config(PipelineConfig, load_yaml(ROOT / "configs/pipeline/controller_cpu.yaml"))
+    """The agent's own rollouts may be valued with the lesson kept while the rest keep the expert's."""
+    suites = [Suite("builtin", ["workshop-3"]), Suite("textworld-cooking", ["recipe1"], name="tw-agent")]
+    suites[1].label_value = "agent-lesson"
+    cfg = PipelineConfig(suites=suites)
     rollouts = [Path(f"runs/x/rollout-{s.label}") for s in cfg.suites]
-    assert [(p.name, v) for p, v in suite_label_values(cfg, rollouts)] == [("rollout-textworld-agent", "agent-lesson")]
+    assert [(p.name, v) for p, v in suite_label_values(cfg, rollouts)] == [("rollout-tw-agent", "agent-lesson")]
     assert cfg.label_value == "expert"
 
 
