@@ -204,13 +204,12 @@ def test_a_point_in_two_episodes_is_labelled_once_and_agent_values_follow_the_fi
     eps = load_runs([str(run_dir)])
     twice = [eps[0], eps[1], eps[0]]  # the same episode in two runs: one label, from its first place
     points = [decision_points(r, s)[-4:] for r, s in twice]
-    todo = episodes_to_label(twice, points, {}, agent_values=True)
+    todo = episodes_to_label(twice, points, {}, BuildConfig(rollouts=[str(run_dir)], label_value="agent"))
     assert [t.record.episode_id for t in todo] == [eps[0][0].episode_id, eps[1][0].episode_id]
     assert {t.value_source[0].episode_id for t in todo if t.value_source} == {eps[0][0].episode_id}
     done = {p.id: {} for p in points[0]}
-    assert [t.record.episode_id for t in episodes_to_label(twice, points, done, agent_values=False)] == [
-        eps[1][0].episode_id
-    ]
+    expert = BuildConfig(rollouts=[str(run_dir)])
+    assert [t.record.episode_id for t in episodes_to_label(twice, points, done, expert)] == [eps[1][0].episode_id]
 
 
 # --- Ray (integration: a local cluster of 2 CPUs) ---------------------------------------------------
