@@ -89,10 +89,7 @@ class AgentValue:
         """The memory a continuation starts with: the point's, plus what a recovery to `prefix` keeps."""
         memory = ReflectionMemory.from_snapshot(point.memory, point.objective)
         if kept is not None:
-            actions = tuple(s.action for s in prefix)
-            memory.add(kept, anchor=actions)
-            if self.remember_abandoned and len(prefix) < len(point.history):
-                memory.remember_abandoned(actions, point.history[len(prefix)].action)
+            memory.keep(kept, point.history, len(prefix), self.remember_abandoned)
         return memory
 
     def _run(

@@ -212,7 +212,7 @@ def reflection_candidates(label: Label) -> list[Reflection]:
     action of the abandoned branch (as informative, wrong about the cause), and none (a baseline)."""
     ctx = context_for(label.point, restore_point=label.restore)
     r = label.restore or 0
-    hindsight = hindsight_reflection(label.point, r)
+    hindsight = reflection_for(ctx, r)  # = hindsight_reflection(label.point, r), on the context built above
     out = [hindsight]
     if hindsight.failure is not None:
         culprit = hindsight.failure.action

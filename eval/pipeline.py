@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from data_gen.build import LABEL_VALUES
 from eval.paired import combine, find_comparison
 from rir_runtime.stages import Stages, yaml_settings
 from train.launch import last_complete_checkpoint, run_training, train_command
@@ -64,7 +65,7 @@ class PipelineConfig:
         metadata={
             "help": "hindsight values of the labels: the expert's or the agent's own (agent-lesson: a "
             "recovery's reflection kept in memory); a suite may set its own",
-            "choices": ["expert", "agent", "agent-lesson"],
+            "choices": list(LABEL_VALUES),
         },
     )
     value_rollouts: int = field(default=2, metadata={"help": "agent values: continuations per checkpoint (K)"})
@@ -101,6 +102,8 @@ class PipelineConfig:
         labels = [suite.label for suite in self.suites]
         if len(set(labels)) < len(labels):
             raise ValueError(f"suite names {labels} repeat: give suites on one environment distinct `name`s")
+        if bad := [suite.label for suite in self.suites if suite.label_value not in ("", *LABEL_VALUES)]:
+            raise ValueError(f"suites {bad} set a label_value that is not one of {', '.join(LABEL_VALUES)}")
         if not any(suite.train_variations for suite in self.suites):
             raise ValueError("no suite has train_variations: the controller would have no data")
 

@@ -325,10 +325,7 @@ class EpisodeRunner:
         if self.preset.memory != "none":
             decision = self._decide(ep, self.controller.reflect, self._context(ep, "reflect", restore_point=r))
             reflection = decision.value if decision else Reflection()
-            prefix = tuple(s.action for s in ep.history[:r])  # the branch up to the restore point
-            ep.memory.add(reflection, anchor=prefix)
-            if self.preset.remember_abandoned and r < ep.t:
-                ep.memory.remember_abandoned(prefix, ep.history[r].action)
+            ep.memory.keep(reflection, ep.history, r, self.preset.remember_abandoned)
             ep.log(
                 ReflectEvent(
                     ep.t,

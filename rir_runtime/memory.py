@@ -13,10 +13,14 @@ their free-text reflection, unfiltered, as those methods do).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rir_runtime.decisions import Failure, Reflection
+
+if TYPE_CHECKING:
+    from rir_runtime.envs.checkpoints import Step
 
 MemoryMode = Literal["none", "text", "structured"]
 
@@ -75,6 +79,14 @@ class ReflectionMemory:
             self.failures.append(failure)
         if failure and self.keep_failures and anchor is not None:
             self._anchor(Anchored(anchor, failure.action, "failure record"))
+
+    def keep(self, reflection: Reflection, history: Sequence[Step], r: int, remember_abandoned: bool) -> None:
+        """What a recovery to checkpoint r of `history` keeps: the reflection, anchored at the branch
+        prefix, and with `remember_abandoned` the step it abandoned (the loop and V_agent share this)."""
+        prefix = tuple(s.action for s in history[:r])
+        self.add(reflection, anchor=prefix)
+        if remember_abandoned and r < len(history):
+            self.remember_abandoned(prefix, history[r].action)
 
     def remember_abandoned(self, prefix: tuple[str, ...], action: str) -> None:
         """A restore abandoned the branch that took `action` after `prefix`: a record, conditioned on

@@ -64,6 +64,9 @@ def test_a_suite_may_label_its_rollouts_with_its_own_value() -> None:
     rollouts = [Path(f"runs/x/rollout-{s.label}") for s in cfg.suites]
     assert [(p.name, v) for p, v in suite_label_values(cfg, rollouts)] == [("rollout-tw-agent", "agent-lesson")]
     assert cfg.label_value == "expert"
+    suites[1].label_value = "agent-memory"
+    with pytest.raises(ValueError, match=r"suites \['tw-agent'\] set a label_value that is not one of"):
+        PipelineConfig(suites=suites)
 
 
 def tiny_quickstart(out: Path) -> PipelineConfig:
