@@ -135,7 +135,7 @@ def test_calibration_writes_the_threshold_that_tuned_controllers_use(tmp_path: P
     out = tmp_path / "adapter"
     argv = ["--config", str(REPO / "configs/train/sft_cpu_quick.yaml"), *FAST, "--data", str(data)]
     argv += ["--output_dir", str(out), "--max_steps", "1", "--decision_types", "review", "--eval_strategy", "no"]
-    sft.main(*parse("sft", argv))
+    sft.main(*parse("sft", [*argv, "--calibration_min_per_label", "1"]))  # 4 calibration rows, 1 recover
     card = json.loads((out / "rir_controller.json").read_text())
     calibration = card["review_calibration"]
     assert calibration["split"] == "calibration"  # not the validation rows that offline scores read
@@ -148,6 +148,29 @@ def test_calibration_writes_the_threshold_that_tuned_controllers_use(tmp_path: P
     (out / "rir_controller.json").write_text(json.dumps({**card, "review_threshold": None}))
     with pytest.raises(UserInputError, match="no calibrated review threshold.*rerun the same `rir train`"):
         make_controller(f"tuned:{out}")
+
+
+def test_calibration_on_too_few_rows_of_a_label_keeps_threshold_zero_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two "recover" rows of nine fix no threshold: the card keeps 0 with the reason, and the adapter
+    is not even loaded (the folder holds only a card)."""
+    from datasets import Dataset, DatasetDict
+
+    from train.calibrate import calibrate_review
+
+    ctx = DecisionContext("t", "goal", "", (Step(0, "look", "ok", 0.0),), "ok", 0.0, "schedule", (0, 1))
+    rows = [{"meta": {"label": "recover" if i < 2 else "continue", "context": ctx.to_json()}} for i in range(9)]
+    DatasetDict({"calibration": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "data" / "review_sft"))
+    (tmp_path / "rir_controller.json").write_text(json.dumps({"kind": "controller", "review_threshold": None}))
+    record = calibrate_review(str(tmp_path), str(tmp_path / "data"), min_per_label=5)
+    card = json.loads((tmp_path / "rir_controller.json").read_text())
+    assert card["review_threshold"] == record["review_threshold"] == 0.0
+    assert card["review_calibration"]["rows"] == 9 and card["review_calibration"]["recover_rows"] == 2
+    assert "fewer than 5 of a label" in card["review_calibration"]["skipped"]
+    assert "calibration skipped" in capsys.readouterr().err
+    with pytest.raises(UserInputError, match="format version"):  # enough rows: it loads the adapter to score them
+        calibrate_review(str(tmp_path), str(tmp_path / "data"), min_per_label=2)
 
 
 def test_the_card_holds_a_pending_threshold_until_calibration_writes_it(

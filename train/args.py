@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rir_runtime.errors import RIRError, UserInputError
+from train.calibrate import MIN_ROWS_PER_LABEL
 
 DECISION_TYPES = ("review", "locate", "reflect")
 AGENT = "agent"  # the behaviour-cloned base policy (`rir train agent-sft`): its own adapter kind
@@ -56,6 +57,10 @@ class TrainScriptArguments:
         },
     )
     calibration_rows: int = field(default=200, metadata={"help": "review rows scored for the calibration"})
+    calibration_min_per_label: int = field(
+        default=MIN_ROWS_PER_LABEL,
+        metadata={"help": "fewer calibration rows than this of either label: no threshold is fitted (it stays 0)"},
+    )
     balance_review: bool = field(
         default=True,
         metadata={"help": "resample the train split's review rows so that both labels are equally frequent"},

@@ -5,6 +5,10 @@ margin sits far on one side (it never, or always, says "recover"), yet it may st
 well. The threshold that maximises balanced accuracy on the `calibration` split's review rows (task
 variations held out from training and from the validation rows that offline scores read) goes
 into the adapter card (`review_threshold`), and `tuned:<dir>` controllers decide with it.
+
+A threshold fitted on a handful of rows is noise: with two "recover" rows it lands wherever those two
+margins happen to fall (a 9-row split once set +1.785, and the adapter never recovered online). Below
+`min_per_label` rows of either label the card keeps 0, the adapter's own argmax, and says why.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ CARD = "rir_controller.json"
 
 
 CALIBRATION = "calibration"  # the review datasets' split for this, disjoint from the validation rows
+MIN_ROWS_PER_LABEL = 5  # fewer "recover" (or "continue") rows than this: no threshold is fitted
 
 
 def review_rows(data: str, split: str, max_rows: int) -> tuple[str, list[dict[str, Any]]]:
@@ -58,13 +63,25 @@ def review_margins(adapter_dir: str, metas: list[dict[str, Any]]) -> list[float]
     return [float(controller.review(DecisionContext.from_json(m["context"])).meta["margin"]) for m in metas]
 
 
-def calibrate_review(adapter_dir: str, data: str, split: str = "validation", max_rows: int = 200) -> dict[str, Any]:
+def calibrate_review(
+    adapter_dir: str,
+    data: str,
+    split: str = "validation",
+    max_rows: int = 200,
+    min_per_label: int = MIN_ROWS_PER_LABEL,
+) -> dict[str, Any]:
     """Write `review_threshold` (and how it was found) into the adapter card; returns the record."""
     split, metas = review_rows(data, split, max_rows)
     labels = [m["label"] == "recover" for m in metas]
-    if len(set(labels)) < 2:
-        print(f"calibration skipped: the {split} review rows do not hold both labels", file=sys.stderr)
-        return write_record(adapter_dir, {"review_threshold": 0.0, "review_calibration": {"skipped": "one label"}})
+    fewest = min(sum(labels), len(labels) - sum(labels))
+    if fewest < min_per_label:
+        reason = (
+            f"{len(labels)} {split} review rows, {sum(labels)} of them recover: fewer than {min_per_label} of a "
+            "label, so the threshold stays 0 (build data with more task variations to calibrate)"
+        )
+        print(f"warning: calibration skipped: {reason}", file=sys.stderr)
+        skipped = {"skipped": reason, "split": split, "rows": len(labels), "recover_rows": sum(labels)}
+        return write_record(adapter_dir, {"review_threshold": 0.0, "review_calibration": skipped})
     margins = review_margins(adapter_dir, metas)
     threshold = best_threshold(labels, margins)
     at_zero = binary_quality(labels, [m > 0 for m in margins], margins)

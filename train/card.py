@@ -166,4 +166,10 @@ def write_adapter_files(
     if calibrate:
         from train.calibrate import calibrate_review
 
-        calibrate_review(output_dir, script_args.data, script_args.eval_split, script_args.calibration_rows)
+        calibrate_review(
+            output_dir,
+            script_args.data,
+            script_args.eval_split,
+            script_args.calibration_rows,
+            script_args.calibration_min_per_label,
+        )
