@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from data_gen.hindsight import REVIEW_TIES
 from data_gen.labelling import label_episodes
 from data_gen.rows import rows_for, token_counter
 from data_gen.splits import calibration_variations, held_out_variations, split_rows, variation_key, warn_about
@@ -67,6 +68,15 @@ class BuildConfig:
     )
     value_rollouts: int = field(default=2, metadata={"help": "agent values: continuations per checkpoint (K)"})
     value_max_steps: int = field(default=30, metadata={"help": "agent values: environment steps per continuation"})
+    review_ties: str = field(
+        default="continue",
+        metadata={
+            "help": "the review label where the values cannot tell recovering from continuing (within the "
+            "margin): continue, or heuristic (the rule controller's decision; for truncated agent values, "
+            "0 both ways on most reviews)",
+            "choices": list(REVIEW_TIES),
+        },
+    )
     workers: int = field(default=1, metadata={"help": "episodes labelled in parallel (processes, or Ray actors)"})
     executor: str = field(
         default="local",
@@ -85,6 +95,8 @@ class BuildConfig:
         for value in [self.label_value, *self.run_values().values()]:
             if value not in LABEL_VALUES:
                 raise ValueError(f"label value {value!r} is not one of {', '.join(LABEL_VALUES)}")
+        if self.review_ties not in REVIEW_TIES:
+            raise ValueError(f"review_ties {self.review_ties!r} is not one of {', '.join(REVIEW_TIES)}")
         if self.value_rollouts < 1 or self.value_max_steps < 1:
             raise ValueError("value_rollouts and value_max_steps must be >= 1")
         if self.workers < 1:

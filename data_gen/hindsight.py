@@ -6,7 +6,8 @@ is restored and continued with the expert plan to estimate `V(C_i)` (TextWorld `
 ScienceWorld's remaining gold path while the branch still follows it, the workshop's planner), and
 labels follow:
 
-- review: `recover` when the best admissible `V(C_r)` is clearly above `V(C_t)`;
+- review: `recover` when the best admissible `V(C_r)` is clearly above `V(C_t)`; where the two are
+  within the margin the values say nothing, and `ties` decides (continue, or the heuristic's rule);
 - restore point: the latest admissible checkpoint with maximal `V` (of those probed), and its coarse
   segment;
 - reflection preference: K retries of the base policy from the restore point, once per
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from data_gen.agent_values import AgentValue
-from rir_runtime.controllers import reflection_for
+from rir_runtime.controllers import HeuristicController, reflection_for
 from rir_runtime.decisions import Reflection
 from rir_runtime.envs import Env, Snapshot, TaskSpec
 from rir_runtime.envs.checkpoints import Step
@@ -35,6 +36,7 @@ from rir_runtime.trace import EpisodeRecord, ReviewPoint, replay
 from rir_runtime.values import ValueProbe, latest_best_bisect, latest_best_linear
 
 RECOVER_MARGIN = 0.5  # "well below": V must rise by at least this much to justify a recovery
+REVIEW_TIES = ("continue", "heuristic")  # the review label where the values cannot tell the options apart
 
 
 @dataclass(frozen=True)
@@ -122,11 +124,31 @@ def branch_snapshots(env: Env, task: TaskSpec, history: tuple[Step, ...]) -> tup
     return snaps, len(history)
 
 
+def review_label(point: DecisionPoint, best: float, v_now: float, ties: str = "continue") -> str:
+    """`recover` when recovering's best V is clearly above continuing's, `continue` when clearly below;
+    in between the values are no evidence either way and `ties` decides: `continue`, or `heuristic`, the
+    rule controller's decision (truncated agent continuations score 0 both ways on most reviews, and
+    "continue" there taught a specialist never to recover where the heuristic's recoveries paid)."""
+    if ties not in REVIEW_TIES:
+        raise ValueError(f"review ties {ties!r} is not one of {', '.join(REVIEW_TIES)}")
+    if best - v_now >= RECOVER_MARGIN:
+        return "recover"
+    if v_now - best >= RECOVER_MARGIN or ties == "continue":
+        return "continue"
+    return HeuristicController().review(context_for(point)).value.decision
+
+
 def label_point(
-    env: Env, point: DecisionPoint, bisect: bool = True, max_steps: int = 60, agent: AgentValue | None = None
+    env: Env,
+    point: DecisionPoint,
+    bisect: bool = True,
+    max_steps: int = 60,
+    agent: AgentValue | None = None,
+    ties: str = "continue",
 ) -> Label:
     """Values, review label, restore label and segment for one decision point. `V` is the expert's
-    (`V_expert`), or, with `agent`, the controlled agent's own chance from each checkpoint (`V_agent`)."""
+    (`V_expert`), or, with `agent`, the controlled agent's own chance from each checkpoint (`V_agent`);
+    `ties`: the review label where the values cannot tell recovering from continuing (`review_label`)."""
     snaps, spent = branch_snapshots(env, point.task, point.history)
     probe = ValueProbe(env, max_steps=max_steps)
     agent_steps = agent.env_steps if agent else 0
@@ -151,7 +173,7 @@ def label_point(
     else:
         v_now = values[len(h)] if len(h) in values else value(len(h))
     best = values[restore]
-    review = "recover" if best - v_now >= RECOVER_MARGIN else "continue"
+    review = review_label(point, best, v_now, ties)
     segs = segments(h, max(indices))
     segment = next(i for i, (a, b) in enumerate(segs) if a <= restore < b)
     return Label(

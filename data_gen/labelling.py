@@ -152,7 +152,7 @@ class Labeller:
                 continue
             agent = agent_value(self.values, *item.value_source, cfg, self.out) if item.value_source else None
             try:
-                label = label_point(env, point, bisect=cfg.bisect, agent=agent)
+                label = label_point(env, point, bisect=cfg.bisect, agent=agent, ties=cfg.review_ties)
             except RIRError as err:
                 skipped.append(f"skipping {point.id}: {err}")
                 continue
@@ -172,7 +172,10 @@ class Labeller:
             value.close()
 
 
-LABEL_SETTINGS = ("label_value", "run_label_values", "value_rollouts", "value_max_steps", "bisect")
+LABEL_SETTINGS = ("label_value", "run_label_values", "value_rollouts", "value_max_steps", "bisect", "review_ties")
+
+
+LABEL_SETTING_DEFAULTS = {"review_ties": "continue"}  # labels cached before the setting existed were made so
 
 
 def check_label_settings(cache: Path, cfg: BuildConfig) -> None:
@@ -180,7 +183,7 @@ def check_label_settings(cache: Path, cfg: BuildConfig) -> None:
     meta = cache.with_name("labels.json")
     wanted = {k: getattr(cfg, k) for k in LABEL_SETTINGS}
     if cache.exists() and meta.exists():
-        old = json.loads(meta.read_text())
+        old = {**LABEL_SETTING_DEFAULTS, **json.loads(meta.read_text())}  # a setting added later: its default
         changed = {k: (old.get(k), v) for k, v in wanted.items() if old.get(k) != v}
         if changed:
             said = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())

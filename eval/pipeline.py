@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from data_gen.build import LABEL_VALUES
+from data_gen.hindsight import REVIEW_TIES
 from eval.paired import combine, find_comparison
 from rir_runtime.stages import Stages, yaml_settings
 from train.launch import last_complete_checkpoint, run_training, train_command
@@ -70,6 +71,14 @@ class PipelineConfig:
     )
     value_rollouts: int = field(default=2, metadata={"help": "agent values: continuations per checkpoint (K)"})
     value_max_steps: int = field(default=30, metadata={"help": "agent values: environment steps per continuation"})
+    review_ties: str = field(
+        default="continue",
+        metadata={
+            "help": "the review label where the values cannot tell recovering from continuing: continue, "
+            "or heuristic (the rule controller's decision)",
+            "choices": list(REVIEW_TIES),
+        },
+    )
     explore: list[str] = field(
         default_factory=lambda: ["random-review", "random-restore"],
         metadata={"help": "exploratory rollout controllers"},
@@ -200,10 +209,11 @@ def data_stage(stages: Stages, cfg: PipelineConfig, rollouts: list[Path]) -> Pat
         run_label_values=[f"{path.name}={value}" for path, value in suite_label_values(cfg, rollouts)],
         value_rollouts=cfg.value_rollouts,
         value_max_steps=cfg.value_max_steps,
+        review_ties=cfg.review_ties,
         workers=cfg.workers,
     )
     settings = _key_settings(  # rollouts are inputs: their keys count
-        bc, "max_prompt_tokens tokenizer label_value run_label_values value_rollouts value_max_steps"
+        bc, "max_prompt_tokens tokenizer label_value run_label_values value_rollouts value_max_steps review_ties"
     )
     return stages.run("data", settings, lambda d: build(replace(bc, out=str(d))), inputs=[p.name for p in rollouts])
 

@@ -99,3 +99,41 @@ def test_each_rollout_folder_values_its_own_agent(run: Path, tmp_path: Path) -> 
     todo = episodes_to_label(episodes, points, {}, cfg)
     assert {Path(item.source).name for item in todo} == {run.name, twin.name}
     assert all(item.value_source and Path(item.value_source[1]).name == Path(item.source).name for item in todo)
+
+
+def test_review_ties_take_the_heuristics_decision_where_the_values_say_nothing(run: Path, tmp_path: Path) -> None:
+    """Same values, same evidence-bearing labels; where recovering and continuing are valued alike the
+    label is the rule controller's decision instead of "continue". The labels record the setting."""
+    from data_gen.build import load_runs
+    from data_gen.hindsight import RECOVER_MARGIN, context_for, decision_points
+    from rir_runtime.controllers import HeuristicController
+
+    plain, prior = tmp_path / "continue", tmp_path / "heuristic"
+    build(BuildConfig(rollouts=[str(run)], out=str(plain), label_value="agent", value_rollouts=1))
+    prior.mkdir()
+    (prior / "agent_values.jsonl").write_text((plain / "agent_values.jsonl").read_text())  # the same continuations
+    build(
+        BuildConfig(rollouts=[str(run)], out=str(prior), label_value="agent", value_rollouts=1, review_ties="heuristic")
+    )
+    by_plain, by_prior = labels(plain), labels(prior)
+    assert set(by_plain) == set(by_prior)
+    heuristic = {
+        p.id: HeuristicController().review(context_for(p)).value.decision
+        for record, source in load_runs([str(run)])
+        for p in decision_points(record, source)
+    }
+    changed = 0
+    for pid, label in by_plain.items():
+        assert by_prior[pid]["values"] == label["values"] and by_prior[pid]["v_now"] == label["v_now"]
+        best = max(label["values"].values(), default=0.0)
+        if abs(best - label["v_now"]) < RECOVER_MARGIN:
+            assert label["review"] == "continue" and by_prior[pid]["review"] == heuristic[pid]
+        else:
+            assert by_prior[pid]["review"] == label["review"]
+        changed += by_prior[pid]["review"] != label["review"]
+    assert changed > 0  # the rollouts hold reviews where the values tie and the heuristic recovers
+    assert '"review_ties": "heuristic"' in (prior / "review_sft" / "README.md").read_text()
+    with pytest.raises(UserInputError, match="review_ties continue -> heuristic"):
+        build(BuildConfig(rollouts=[str(run)], out=str(plain), label_value="agent", review_ties="heuristic"))
+    with pytest.raises(ValueError, match="review_ties 'rules' is not one of continue, heuristic"):
+        BuildConfig(rollouts=[str(run)], review_ties="rules")
