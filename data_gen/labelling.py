@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -175,15 +175,14 @@ class Labeller:
 LABEL_SETTINGS = ("label_value", "run_label_values", "value_rollouts", "value_max_steps", "bisect", "review_ties")
 
 
-LABEL_SETTING_DEFAULTS = {"review_ties": "continue"}  # labels cached before the setting existed were made so
-
-
 def check_label_settings(cache: Path, cfg: BuildConfig) -> None:
     """Labels cached under other settings must not be mixed in: refuse, naming the settings and the fix."""
     meta = cache.with_name("labels.json")
     wanted = {k: getattr(cfg, k) for k in LABEL_SETTINGS}
     if cache.exists() and meta.exists():
-        old = {**LABEL_SETTING_DEFAULTS, **json.loads(meta.read_text())}  # a setting added later: its default
+        # a setting added later (review_ties): labels cached before it existed were made with its default
+        defaults = {f.name: f.default for f in fields(cfg) if f.name in LABEL_SETTINGS and f.default is not MISSING}
+        old = {**defaults, **json.loads(meta.read_text())}
         changed = {k: (old.get(k), v) for k, v in wanted.items() if old.get(k) != v}
         if changed:
             said = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())

@@ -171,6 +171,9 @@ def test_calibration_on_too_few_rows_of_a_label_keeps_threshold_zero_and_says_wh
     assert "calibration skipped" in capsys.readouterr().err
     with pytest.raises(UserInputError, match="format version"):  # enough rows: it loads the adapter to score them
         calibrate_review(str(tmp_path), str(tmp_path / "data"), min_per_label=2)
+    one_label = [{**row, "meta": {**row["meta"], "label": "continue"}} for row in rows]
+    DatasetDict({"calibration": Dataset.from_list(one_label)}).save_to_disk(str(tmp_path / "one" / "review_sft"))
+    assert calibrate_review(str(tmp_path), str(tmp_path / "one"), min_per_label=0)["review_threshold"] == 0.0
 
 
 def test_the_card_holds_a_pending_threshold_until_calibration_writes_it(

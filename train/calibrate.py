@@ -74,7 +74,7 @@ def calibrate_review(
     split, metas = review_rows(data, split, max_rows)
     labels = [m["label"] == "recover" for m in metas]
     fewest = min(sum(labels), len(labels) - sum(labels))
-    if fewest < min_per_label:
+    if fewest < max(1, min_per_label):  # with one label (or none) there is no threshold to fit at all
         reason = (
             f"{len(labels)} {split} review rows, {sum(labels)} of them recover: fewer than {min_per_label} of a "
             "label, so the threshold stays 0 (build data with more task variations to calibrate)"
