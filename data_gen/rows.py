@@ -49,7 +49,10 @@ def review_reason(ctx: DecisionContext) -> str:
 
 
 def review_rows(point: DecisionPoint, label: dict[str, Any], fit: Fit, meta: dict[str, Any]) -> list[Row]:
-    """One SFT row (the hindsight decision) and one pair (it against the other decision)."""
+    """One SFT row (the hindsight decision) and one pair (it against the other decision). None for
+    a terminal review: the runtime recovers after a failed ending without asking the When."""
+    if point.trigger == "terminal":
+        return []
     ctx = context_for(point)
     prompt = fit("review", ctx)
     reason = review_reason(ctx)

@@ -355,9 +355,9 @@ class CompositeController:
 
 
 class SignalGatedController(CompositeController):
-    """A model-backed controller whose scheduled and terminal reviews ask the model only when the
-    branch shows a failure signal (the heuristic's signals, urgent or not); a quiet branch goes on
-    without a model call. B_agent pays for the controller's calls as for the agent's, and most
+    """A model-backed controller whose scheduled reviews ask the model only when the branch shows a
+    failure signal (the heuristic's signals, urgent or not); a quiet branch goes on without a model
+    call. B_agent pays for the controller's calls as for the agent's, and most
     reviews of a quiet branch answer "continue" anyway. A review the agent asks for (its rollback
     tool) always reaches the model; Where and What are the wrapped controller's."""
 
@@ -366,7 +366,7 @@ class SignalGatedController(CompositeController):
         self.name = f"gated:{inner.name}"
 
     def review(self, ctx: DecisionContext) -> Decision:
-        if ctx.trigger in ("schedule", "terminal") and failure_signal(ctx) is None:
+        if ctx.trigger == "schedule" and failure_signal(ctx) is None:
             return Decision("review", Review("continue", "no failure signal: the model was not asked"))
         return self.when.review(ctx)
 

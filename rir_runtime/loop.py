@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from rir_runtime.budgets import Budgets
 from rir_runtime.controllers import Controller, failure_signal, latest_admissible_in
-from rir_runtime.decisions import Decision, Reflection, dump
+from rir_runtime.decisions import Decision, Reflection, Review, dump
 from rir_runtime.envs.base import Env, TaskSpec
 from rir_runtime.envs.checkpoints import CheckpointStore, Step
 from rir_runtime.errors import RestoreError
@@ -45,6 +45,8 @@ from rir_runtime.trace import (
     ToolErrorEvent,
 )
 from rir_runtime.values import Hindsight, ValueProbe
+
+ENDED_WITHOUT_WIN = "the episode ended without a win: there is nothing to continue"
 
 DEFAULT_BUDGETS = Budgets()
 
@@ -256,18 +258,26 @@ class EpisodeRunner:
 
     def _review(self, ep: Episode, schedule: ReviewSchedule, trigger: str, target: int | None = None) -> bool:
         """Ask When; on "recover", run Where and What and restore. True when a recovery happened.
-        The schedule counts from the step the episode goes on from: after a restore, the restore point."""
-        decision = self._decide(ep, self.controller.review, self._context(ep, trigger))
-        if decision is None:
-            return False
-        verdict = decision.value
+        The schedule counts from the step the episode goes on from: after a restore, the restore point.
+
+        A terminal review does not ask: a branch that ended without a win has nothing left to
+        continue, so "continue" there only gives up while budget remains. The runtime recovers and
+        asks Where and What alone, for every controller, and spends no model call on the When."""
+        if trigger == "terminal":
+            signal = failure_signal(self._context(ep, trigger))
+            verdict, raw = Review("recover", signal.text if signal else ENDED_WITHOUT_WIN), ""
+        else:
+            decision = self._decide(ep, self.controller.review, self._context(ep, trigger))
+            if decision is None:
+                return False
+            verdict, raw = decision.value, decision.raw
         ep.log(
             ReviewEvent(
                 ep.t,
                 trigger=trigger,
                 decision=verdict.decision,
                 reason=verdict.reason,
-                raw=decision.raw or dump("review", verdict),
+                raw=raw or dump("review", verdict),
             )
         )
         recovered = False

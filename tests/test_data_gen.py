@@ -156,6 +156,24 @@ def test_review_labels_hold_both_decisions(data_dir: Path) -> None:
     assert labels == {"recover", "continue"}
 
 
+def test_a_failed_ending_gives_where_rows_but_no_when_row(run_dir: Path, data_dir: Path) -> None:
+    """The runtime recovers after a failed ending without asking the When, so terminal reviews
+    teach the Where (and What) but are no review rows."""
+    from datasets import load_from_disk
+
+    def triggers(name: str) -> list[str]:
+        rows = [m for split in load_from_disk(str(data_dir / name)).values() for m in split["meta"]]
+        return [json.loads(m["context"])["trigger"] for m in rows]
+
+    points = [p for episode, _ in load_runs([str(run_dir)]) for p in decision_points(episode)]
+    terminal = [p for p in points if p.trigger == "terminal"]
+    assert terminal and len(terminal) < len(points)
+    assert "terminal" not in triggers("review_sft") and triggers("review_sft")
+    located = {(m["episode_id"], m["step"]) for split in load_from_disk(str(data_dir / "locate_sft")).values()
+               for m in split["meta"]}
+    assert any((p.record.episode_id, len(p.history)) in located for p in terminal)
+
+
 def test_prompt_bound_cuts_the_middle(run_dir: Path, tmp_path: Path) -> None:
     from datasets import load_from_disk
 

@@ -240,6 +240,35 @@ def test_failed_episode_is_reviewed_before_it_ends() -> None:
         assert first_recover.trigger == "terminal"
 
 
+class NeverRecover(HeuristicController):
+    """A When that always answers "continue", recording the triggers it was asked at."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def review(self, ctx):
+        from rir_runtime.decisions import Review
+
+        self.asked.append(ctx.trigger)
+        return Decision("review", Review("continue", "test"))
+
+
+def test_a_failed_ending_recovers_without_asking_the_when() -> None:
+    """Nothing is left to continue after a failed ending: the runtime recovers while budgets last,
+    whatever the When would say, and spends no controller call on it. (A tuned When that answered
+    "continue" there gave up episodes the heuristic went on to win.)"""
+    tasks = [task for task, _ in silent_error_tasks()[:4]]
+    when = NeverRecover()
+    records = [run("rir", task, when, Budgets(agent=60, rollback=2)) for task in tasks]
+    terminal = [e for r in records for e in events(r, "review") if e.trigger == "terminal"]
+    assert terminal and all(e.decision == "recover" for e in terminal)
+    assert "terminal" not in when.asked and "schedule" in when.asked
+    assert sum(r.rollbacks for r in records) == len(terminal)  # only the failed endings recovered
+    assert all(r.recoveries <= 2 for r in records)
+    spent = [run("rir", task, NeverRecover(), Budgets(agent=60, rollback=0)) for task in tasks]
+    assert not any(events(r, "review") and e.trigger == "terminal" for r in spent for e in events(r, "review"))
+
+
 # --- budgets and bad input ------------------------------------------------------------------------------
 @pytest.mark.parametrize("method", list(PRESETS))
 @pytest.mark.parametrize("budgets", [Budgets(agent=5, rollback=1), Budgets(agent=30, rollback=2), Budgets(0, 0)])
@@ -299,8 +328,8 @@ def test_prompted_controller_retries_once_then_falls_back() -> None:
     task, _ = silent_error_tasks()[0]
     r = run("rir", task, ctrl, Budgets(agent=60, rollback=3))
     review = events(r, "review")[0]
-    assert review.decision == "continue"  # the safe default
-    assert r.parse_failures >= 2 and backend.calls == 2 * len(events(r, "review"))
+    assert review.trigger == "schedule" and review.decision == "continue"  # the safe default
+    assert r.parse_failures >= 2 and backend.calls == 2 * r.controller_calls  # each decision: a try, a retry
     assert r.agent_calls == r.env_steps + backend.calls  # controller model calls are counted
     assert r.controller_model_calls == backend.calls > 0  # and recorded apart
     heuristic = run("rir", task, HeuristicController(), Budgets(agent=60, rollback=3))
