@@ -169,8 +169,11 @@ def test_a_failed_ending_gives_where_rows_but_no_when_row(run_dir: Path, data_di
     terminal = [p for p in points if p.trigger == "terminal"]
     assert terminal and len(terminal) < len(points)
     assert "terminal" not in triggers("review_sft") and triggers("review_sft")
-    located = {(m["episode_id"], m["step"]) for split in load_from_disk(str(data_dir / "locate_sft")).values()
-               for m in split["meta"]}
+    located = {
+        (m["episode_id"], m["step"])
+        for split in load_from_disk(str(data_dir / "locate_sft")).values()
+        for m in split["meta"]
+    }
     assert any((p.record.episode_id, len(p.history)) in located for p in terminal)
 
 
