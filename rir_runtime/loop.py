@@ -263,11 +263,12 @@ class EpisodeRunner:
         A terminal review does not ask: a branch that ended without a win has nothing left to
         continue, so "continue" there only gives up while budget remains. The runtime recovers and
         asks Where and What alone, for every controller, and spends no model call on the When."""
+        ctx = self._context(ep, trigger)
         if trigger == "terminal":
-            signal = failure_signal(self._context(ep, trigger))
+            signal = failure_signal(ctx)
             verdict, raw = Review("recover", signal.text if signal else ENDED_WITHOUT_WIN), ""
         else:
-            decision = self._decide(ep, self.controller.review, self._context(ep, trigger))
+            decision = self._decide(ep, self.controller.review, ctx)
             if decision is None:
                 return False
             verdict, raw = decision.value, decision.raw
