@@ -140,7 +140,10 @@ def test_calibration_writes_the_threshold_that_tuned_controllers_use(tmp_path: P
     calibration = card["review_calibration"]
     assert calibration["split"] == "calibration"  # not the validation rows that offline scores read
     assert calibration["rows"] == 4 and calibration["recover_rows"] == 1 and "review_threshold" in card
-    assert calibration["balanced_accuracy_at_threshold"] >= calibration["balanced_accuracy_at_0"]
+    if "skipped" in calibration:  # a random tiny model may rank the 4 rows backwards: then no cut is fitted
+        assert "no better than chance" in calibration["skipped"] and card["review_threshold"] == 0.0
+    else:
+        assert calibration["balanced_accuracy_at_threshold"] >= calibration["balanced_accuracy_at_0"]
     controller = make_controller(f"tuned:{out}")
     assert isinstance(controller, PromptedController) and controller.review_threshold == card["review_threshold"]
     assert controller.max_prompt_tokens == card["max_prompt_tokens"] == 256  # served within its training budget
@@ -174,6 +177,34 @@ def test_calibration_on_too_few_rows_of_a_label_keeps_threshold_zero_and_says_wh
     one_label = [{**row, "meta": {**row["meta"], "label": "continue"}} for row in rows]
     DatasetDict({"calibration": Dataset.from_list(one_label)}).save_to_disk(str(tmp_path / "one" / "review_sft"))
     assert calibrate_review(str(tmp_path), str(tmp_path / "one"), min_per_label=0)["review_threshold"] == 0.0
+
+
+def test_calibration_keeps_threshold_zero_when_the_margins_rank_no_better_than_chance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Margins that order the rows backwards (every "recover" row lowest) would set a cut at an
+    extreme, an adapter that says one answer everywhere; the card keeps 0 and says why. The same rows
+    ranked the right way round do get a threshold."""
+    from datasets import Dataset, DatasetDict
+
+    import train.calibrate
+
+    ctx = DecisionContext("t", "goal", "", (Step(0, "look", "ok", 0.0),), "ok", 0.0, "schedule", (0, 1))
+    rows = [{"meta": {"label": "recover" if i < 6 else "continue", "context": ctx.to_json()}} for i in range(12)]
+    DatasetDict({"calibration": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "data" / "review_sft"))
+    card_path = tmp_path / "rir_controller.json"
+    backwards = [-9.0 + 0.1 * i for i in range(12)]  # rises with the row index: "continue" rows score higher
+    for margins, fitted in ((backwards, False), (backwards[::-1], True)):
+        card_path.write_text(json.dumps({"kind": "controller", "review_threshold": None}))
+        monkeypatch.setattr(train.calibrate, "review_margins", lambda _dir, _metas, m=margins: m)
+        record = train.calibrate.calibrate_review(str(tmp_path), str(tmp_path / "data"), min_per_label=5)
+        card = json.loads(card_path.read_text())
+        assert card["review_threshold"] == record["review_threshold"]
+        if fitted:
+            assert -8.5 < card["review_threshold"] < -8.2 and card["review_calibration"]["auroc"] == 1.0
+        else:
+            assert card["review_threshold"] == 0.0 and card["review_calibration"]["auroc"] == 0.0
+            assert "no better than chance" in card["review_calibration"]["skipped"]
 
 
 def test_the_card_holds_a_pending_threshold_until_calibration_writes_it(

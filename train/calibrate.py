@@ -8,7 +8,10 @@ into the adapter card (`review_threshold`), and `tuned:<dir>` controllers decide
 
 A threshold fitted on a handful of rows is noise: with two "recover" rows it lands wherever those two
 margins happen to fall (a 9-row split once set +1.785, and the adapter never recovered online). Below
-`min_per_label` rows of either label the card keeps 0, the adapter's own argmax, and says why.
+`min_per_label` rows of either label the card keeps 0, the adapter's own argmax, and says why. So
+it does when the margins rank the rows no better than chance (AUROC <= 0.5): the best cut on such
+margins is whichever extreme the rows happen to favour (the demo's adapter, at AUROC 0.264 on 48
+rows, was set to say "recover" on every review).
 """
 
 from __future__ import annotations
@@ -83,8 +86,23 @@ def calibrate_review(
         skipped = {"skipped": reason, "split": split, "rows": len(labels), "recover_rows": sum(labels)}
         return write_record(adapter_dir, {"review_threshold": 0.0, "review_calibration": skipped})
     margins = review_margins(adapter_dir, metas)
-    threshold = best_threshold(labels, margins)
     at_zero = binary_quality(labels, [m > 0 for m in margins], margins)
+    ranking = at_zero.auroc or 0.0  # both labels are present, so it is defined
+    if ranking <= 0.5:  # the margin orders the rows no better than a coin: any cut on it fits noise
+        reason = (
+            f"the margins rank the {len(labels)} {split} review rows no better than chance (AUROC "
+            f"{ranking:.3f}), so the threshold stays 0: a cut on them would fit noise"
+        )
+        print(f"warning: calibration skipped: {reason}", file=sys.stderr)
+        skipped = {
+            "skipped": reason,
+            "split": split,
+            "rows": len(labels),
+            "recover_rows": sum(labels),
+            "auroc": ranking,
+        }
+        return write_record(adapter_dir, {"review_threshold": 0.0, "review_calibration": skipped})
+    threshold = best_threshold(labels, margins)
     tuned = binary_quality(labels, [m > threshold for m in margins], margins)
     record = {
         "review_threshold": threshold,
