@@ -82,9 +82,7 @@ def calibrate_review(
             f"{len(labels)} {split} review rows, {sum(labels)} of them recover: fewer than {min_per_label} of a "
             "label, so the threshold stays 0 (build data with more task variations to calibrate)"
         )
-        print(f"warning: calibration skipped: {reason}", file=sys.stderr)
-        skipped = {"skipped": reason, "split": split, "rows": len(labels), "recover_rows": sum(labels)}
-        return write_record(adapter_dir, {"review_threshold": 0.0, "review_calibration": skipped})
+        return keep_zero(adapter_dir, reason, split, labels)
     margins = review_margins(adapter_dir, metas)
     at_zero = binary_quality(labels, [m > 0 for m in margins], margins)
     ranking = at_zero.auroc or 0.0  # both labels are present, so it is defined
@@ -93,15 +91,7 @@ def calibrate_review(
             f"the margins rank the {len(labels)} {split} review rows no better than chance (AUROC "
             f"{ranking:.3f}), so the threshold stays 0: a cut on them would fit noise"
         )
-        print(f"warning: calibration skipped: {reason}", file=sys.stderr)
-        skipped = {
-            "skipped": reason,
-            "split": split,
-            "rows": len(labels),
-            "recover_rows": sum(labels),
-            "auroc": ranking,
-        }
-        return write_record(adapter_dir, {"review_threshold": 0.0, "review_calibration": skipped})
+        return keep_zero(adapter_dir, reason, split, labels, auroc=ranking)
     threshold = best_threshold(labels, margins)
     tuned = binary_quality(labels, [m > threshold for m in margins], margins)
     record = {
@@ -123,6 +113,13 @@ def calibrate_review(
         file=sys.stderr,
     )
     return record
+
+
+def keep_zero(adapter_dir: str, reason: str, split: str, labels: list[bool], **found: float) -> dict[str, Any]:
+    """Fit no threshold: the card keeps 0 (the adapter's own argmax) and says why, with what was found."""
+    print(f"warning: calibration skipped: {reason}", file=sys.stderr)
+    skipped = {"skipped": reason, "split": split, "rows": len(labels), "recover_rows": sum(labels), **found}
+    return write_record(adapter_dir, {"review_threshold": 0.0, "review_calibration": skipped})
 
 
 def write_record(adapter_dir: str, record: dict[str, Any]) -> dict[str, Any]:
