@@ -8,8 +8,9 @@ Every controller answers the same four calls with a `Decision` whose value has t
   default (continue / latest admissible checkpoint / empty reflection), counted.
 - `OracleController`: hindsight values by branch re-execution (an upper bound; also labels).
 - `CompositeController`: one module from each, e.g. a tuned Where with a prompted When.
-- `SignalGatedController` (`gated:<spec>`): a model-backed controller whose scheduled reviews ask
-  the model only when a failure signal is visible, so quiet branches cost no agent calls.
+- `SignalGatedController` (`gated:<spec>`, `residual:<spec>`): a model-backed controller whose
+  scheduled reviews ask the model only when a failure signal is visible (`gated:`), or only when
+  none is and the heuristic's rule decides the rest (`residual:`), so fewer reviews cost agent calls.
 The `tuned` controller (a base model plus LoRA adapter) is a `PromptedController` over the
 adapter's backend; `make_controller` resolves the names.
 """
@@ -355,27 +356,44 @@ class CompositeController:
 
 
 class SignalGatedController(CompositeController):
-    """A model-backed controller whose scheduled reviews ask the model only when the branch shows a
-    failure signal (the heuristic's signals, urgent or not); a quiet branch goes on without a model
-    call. B_agent pays for the controller's calls as for the agent's, and most
-    reviews of a quiet branch answer "continue" anyway. A review the agent asks for (its rollback
+    """A model-backed controller whose scheduled reviews reach the model on one side of the
+    heuristic's failure signals only, since B_agent pays for the controller's calls as for the
+    agent's. `gated:` asks the model only when the branch shows a signal (urgent or not); a quiet
+    branch goes on without a call, as most quiet reviews answer "continue" anyway. `residual:` is
+    the complement: where a signal shows the heuristic's rule decides, free, and the model reviews
+    only the quiet branches the rules cannot see into. A review the agent asks for (its rollback
     tool) always reaches the model; Where and What are the wrapped controller's."""
 
-    def __init__(self, inner: Controller) -> None:
+    def __init__(self, inner: Controller, gate: str = "gated") -> None:
+        if gate not in GATES:
+            raise UnknownNameError("review gate", gate, list(GATES))
         super().__init__(inner, inner, inner)
-        self.name = f"gated:{inner.name}"
+        self.gate = gate
+        self.name = f"{gate}:{inner.name}"
+        self._rules = HeuristicController()
 
     def review(self, ctx: DecisionContext) -> Decision:
-        if ctx.trigger == "schedule" and failure_signal(ctx) is None:
+        if ctx.trigger == "agent":
+            return self.when.review(ctx)
+        quiet = failure_signal(ctx) is None
+        if self.gate == "gated" and quiet and ctx.trigger == "schedule":
             return Decision("review", Review("continue", "no failure signal: the model was not asked"))
+        if self.gate == "residual" and not quiet:
+            rule = self._rules.review(ctx).value
+            reason = f"{rule.reason} (the rule decided; the model was not asked)"
+            return Decision("review", Review(rule.decision, reason))
         return self.when.review(ctx)
 
 
-def gated_spec(spec: str) -> str | None:
-    """The model-backed controller a `gated:<spec>` name wraps, or None when `spec` is not one (a
-    rule-based controller has no model calls for the gate to save)."""
+# The review gates a model-backed controller can be wrapped in (see SignalGatedController).
+GATES = ("gated", "residual")
+
+
+def gated_spec(spec: str) -> tuple[str, str] | None:
+    """The gate and the model-backed controller a `gated:<spec>` or `residual:<spec>` name wraps, or
+    None when `spec` is not one (a rule-based controller has no model calls for a gate to save)."""
     kind, _, inner = spec.partition(":")
-    return inner if kind == "gated" and inner.startswith(("prompted:", "tuned:")) else None
+    return (kind, inner) if kind in GATES and inner.startswith(("prompted:", "tuned:")) else None
 
 
 CONTROLLER_KINDS = (
@@ -384,6 +402,7 @@ CONTROLLER_KINDS = (
     "prompted:<model>",
     "tuned:<adapter-folder>",
     "gated:<prompted or tuned controller>",
+    "residual:<prompted or tuned controller>",
     "random-review",
     "random-restore",
 )
@@ -404,9 +423,10 @@ def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None 
         if missing:
             raise UnknownNameError("composite controller part", ",".join(sorted(missing)), ["when", "where", "what"])
         return CompositeController(*(make_controller(parts[k], backend_factory) for k in ("when", "where", "what")))
-    inner = gated_spec(spec)
-    if inner is not None:
-        return SignalGatedController(make_controller(inner, backend_factory))
+    gated = gated_spec(spec)
+    if gated is not None:
+        gate, inner = gated
+        return SignalGatedController(make_controller(inner, backend_factory), gate)
     kind, _, arg = spec.partition(":")
     if kind == "heuristic":
         return HeuristicController()

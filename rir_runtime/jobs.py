@@ -181,7 +181,8 @@ def check_controller_name(spec: str) -> None:
 
     for part in spec.split(";"):
         name = part.split("=", 1)[-1]
-        name = gated_spec(name) or name  # the gate wraps a model-backed controller: check that one
+        gated = gated_spec(name)
+        name = gated[1] if gated else name  # a gate wraps a model-backed controller: check that one
         kind, _, arg = name.partition(":")
         if kind == "tuned" and arg:
             from rir_runtime.llm.tuned import read_card

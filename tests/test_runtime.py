@@ -16,7 +16,7 @@ from rir_runtime.controllers import (
     SignalGatedController,
     make_controller,
 )
-from rir_runtime.decisions import Decision, Failure, Reflection
+from rir_runtime.decisions import Decision, Failure, Reflection, Review
 from rir_runtime.envs import TaskSpec
 from rir_runtime.envs.builtin import WorkshopEnv
 from rir_runtime.envs.checkpoints import Step
@@ -320,6 +320,28 @@ def test_a_gated_controller_asks_its_model_only_when_the_branch_shows_a_failure_
         check_controller_name("gated:heuristic")  # the gate saves model calls: a rule has none to save
     with pytest.raises(UnknownNameError):
         make_controller("gated:heuristic")
+
+
+def test_a_residual_controller_leaves_signalled_reviews_to_the_rule_and_asks_its_model_on_quiet_ones() -> None:
+    replies = ['{"decision": "recover", "reason": "a silent mistake"}']
+    backend = ScriptedBackend(replies)
+    residual = make_controller("residual:prompted:fake", lambda name: backend)
+    assert isinstance(residual, SignalGatedController) and residual.name == "residual:prompted:fake"
+    loop = (
+        Step(0, "take leg", "You take the leg.", 1.0),
+        *(Step(i, "examine cookbook", "You read the recipe.", 1.0) for i in range(1, 4)),
+    )
+    stuck = DecisionContext("t", "Cook.", "", loop, "You read the recipe.", 1.0, "schedule", tuple(range(4)))
+    decided = residual.review(stuck)
+    assert decided.value == Review("recover", decided.value.reason) and "stuck" in decided.value.reason
+    assert backend.calls == 0 == decided.model_calls  # the loop is a signal: the heuristic's rule, free
+    quiet = replace(stuck, history=loop[:2], observation="You read the recipe.")
+    assert residual.review(quiet).raw == replies[0] and backend.calls == 1  # no signal: the model decides
+    gated = make_controller("gated:prompted:fake", lambda name: ScriptedBackend(replies))
+    assert gated.review(quiet).value.decision == "continue"  # the other gate: quiet branches go on unasked
+    check_controller_name("residual:prompted:fake")
+    with pytest.raises(UnknownNameError):
+        check_controller_name("residual:heuristic")
 
 
 def test_prompted_controller_retries_once_then_falls_back() -> None:
