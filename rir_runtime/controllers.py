@@ -170,6 +170,14 @@ def default_value(kind: DecisionKind, ctx: DecisionContext) -> object:
 
 
 # --- heuristic ----------------------------------------------------------------------------------
+def rule_review(signal: FailureSignal | None, trigger: str) -> Review:
+    """The heuristic's When: recover on a visible failure signal (a scheduled review waits for an
+    urgent one), else continue."""
+    if signal and (trigger != "schedule" or signal.urgent):
+        return Review("recover", signal.text)
+    return Review("continue", signal.text if signal else "no failure signal")
+
+
 class HeuristicController:
     """Rules only: recover on a visible failure signal; blame the suspect step; reflect on it."""
 
@@ -178,10 +186,7 @@ class HeuristicController:
     uses_hindsight = False
 
     def review(self, ctx: DecisionContext) -> Decision:
-        signal = failure_signal(ctx)
-        if signal and (ctx.trigger != "schedule" or signal.urgent):
-            return Decision("review", Review("recover", signal.text))
-        return Decision("review", Review("continue", signal.text if signal else "no failure signal"))
+        return Decision("review", rule_review(failure_signal(ctx), ctx.trigger))
 
     def locate_coarse(self, ctx: DecisionContext) -> Decision:
         return Decision("locate_coarse", segments_containing(ctx, suspect_step(ctx)))
@@ -356,11 +361,11 @@ class CompositeController:
 
 
 class SignalGatedController(CompositeController):
-    """A model-backed controller whose scheduled reviews reach the model on one side of the
+    """A model-backed controller whose reviews reach the model on one side of the
     heuristic's failure signals only, since B_agent pays for the controller's calls as for the
     agent's. `gated:` asks the model only when the branch shows a signal (urgent or not); a quiet
     branch goes on without a call, as most quiet reviews answer "continue" anyway. `residual:` is
-    the complement: where a signal shows the heuristic's rule decides, free, and the model reviews
+    the complement: where a signal shows (at any review) the heuristic's rule decides, free, and the model reviews
     only the quiet branches the rules cannot see into. A review the agent asks for (its rollback
     tool) always reaches the model; Where and What are the wrapped controller's."""
 
@@ -370,16 +375,15 @@ class SignalGatedController(CompositeController):
         super().__init__(inner, inner, inner)
         self.gate = gate
         self.name = f"{gate}:{inner.name}"
-        self._rules = HeuristicController()
 
     def review(self, ctx: DecisionContext) -> Decision:
         if ctx.trigger == "agent":
             return self.when.review(ctx)
-        quiet = failure_signal(ctx) is None
-        if self.gate == "gated" and quiet and ctx.trigger == "schedule":
+        signal = failure_signal(ctx)
+        if self.gate == "gated" and signal is None and ctx.trigger == "schedule":
             return Decision("review", Review("continue", "no failure signal: the model was not asked"))
-        if self.gate == "residual" and not quiet:
-            rule = self._rules.review(ctx).value
+        if self.gate == "residual" and signal is not None:
+            rule = rule_review(signal, ctx.trigger)
             reason = f"{rule.reason} (the rule decided; the model was not asked)"
             return Decision("review", Review(rule.decision, reason))
         return self.when.review(ctx)
