@@ -77,16 +77,23 @@ def _rows(
         return rows
     if not stratify:
         return _spaced(rows, max_rows)
-    groups: dict[tuple[str, str | None], list[int]] = {}
-    for i, row in enumerate(rows):
-        groups.setdefault((row["meta"]["decision"], answer_class(row["meta"])), []).append(i)
+    return [rows[i] for i in share_cap([(r["meta"]["decision"], answer_class(r["meta"])) for r in rows], max_rows)]
+
+
+def share_cap(keys: list[Any], n: int) -> list[int]:
+    """Indices of at most `n` items shared equally by the groups their `keys` form (a group with
+    fewer items gives up the rest of its share to the others), evenly spaced within each group and
+    in their original order: a rare group is not left to one or two rows, nor a block to fill the cap."""
+    groups: dict[Any, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
     picked: list[int] = []
-    left = max_rows
+    left = n
     for k, group in enumerate(sorted(groups.values(), key=len)):  # small groups first: they give up their share
         take = min(len(group), left // (len(groups) - k))
         picked += _spaced(group, take)
         left -= take
-    return [rows[i] for i in sorted(picked)]
+    return sorted(picked)
 
 
 def _spaced(items: list[Any], n: int) -> list[Any]:

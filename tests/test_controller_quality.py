@@ -207,6 +207,35 @@ def test_calibration_keeps_threshold_zero_when_the_margins_rank_no_better_than_c
             assert "no better than chance" in card["review_calibration"]["skipped"]
 
 
+def test_calibration_shares_its_row_cap_between_the_rollout_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows come in blocks by rollout folder: 30 workshop reviews, then 6 of the agent's. A cap of 12
+    that took the first rows would fit the threshold on workshop rows alone; shared by folder, every
+    one of the agent's rows is scored and the card says how many came from where."""
+    from datasets import Dataset, DatasetDict
+
+    import train.calibrate
+
+    ctx = DecisionContext("t", "goal", "", (Step(0, "look", "ok", 0.0),), "ok", 0.0, "schedule", (0, 1))
+    rows = [
+        {"meta": {"label": "recover" if i % 3 == 0 else "continue", "context": ctx.to_json(), "source_run": run}}
+        for i, run in enumerate(["runs/c/rollout-builtin"] * 30 + ["runs/c/rollout-agent"] * 6)
+    ]
+    DatasetDict({"calibration": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "data" / "review_sft"))
+    (tmp_path / "rir_controller.json").write_text(json.dumps({"kind": "controller", "review_threshold": None}))
+    scored: list[list[str]] = []
+
+    def margins(_dir: str, metas: list[dict]) -> list[float]:
+        scored.append([m["source_run"] for m in metas])
+        return [1.0 if m["label"] == "recover" else -1.0 for m in metas]
+
+    monkeypatch.setattr(train.calibrate, "review_margins", margins)
+    record = train.calibrate.calibrate_review(str(tmp_path), str(tmp_path / "data"), max_rows=12, min_per_label=2)
+    assert scored[0].count("runs/c/rollout-agent") == 6 and len(scored[0]) == 12
+    assert record["review_calibration"]["rows_by_source"] == {"rollout-builtin": 6, "rollout-agent": 6}
+
+
 def test_the_card_holds_a_pending_threshold_until_calibration_writes_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,13 @@ MIN_ROWS_PER_LABEL = 5  # fewer "recover" (or "continue") rows than this: no thr
 def review_rows(data: str, split: str, max_rows: int) -> tuple[str, list[dict[str, Any]]]:
     """(the split used, the `meta` of up to `max_rows` of its review rows that carry a context): the
     `calibration` split where the data has one, else `split`, with a warning that the threshold
-    is then fitted on rows that offline scores will also read (data built before that split)."""
+    is then fitted on rows that offline scores will also read (data built before that split).
+    The cap is shared equally by the rollout folders the rows come from: rows come in blocks by
+    folder, and the first 120 of the reference recipe's 259 were all workshop reviews, so the
+    threshold served to the agent had never seen one of the agent's own reviews."""
     from datasets import load_from_disk
+
+    from eval.controller_eval import share_cap
 
     folder = Path(data) / "review_sft" if (Path(data) / "review_sft").is_dir() else Path(data)
     dataset = load_from_disk(str(folder))
@@ -49,8 +55,8 @@ def review_rows(data: str, split: str, max_rows: int) -> tuple[str, list[dict[st
         )
     else:
         raise UserInputError(f"{folder} has no '{split}' split to calibrate on: rebuild it with `rir build-data`")
-    metas = dataset[split].select(range(min(max_rows, len(dataset[split]))))["meta"]
-    return split, [m for m in metas if m.get("context") and m.get("label") in ("recover", "continue")]
+    metas = [m for m in dataset[split]["meta"] if m.get("context") and m.get("label") in ("recover", "continue")]
+    return split, [metas[i] for i in share_cap([m.get("source_run", "") for m in metas], max_rows)]
 
 
 def review_margins(adapter_dir: str, metas: list[dict[str, Any]]) -> list[float]:
@@ -100,6 +106,7 @@ def calibrate_review(
             "split": split,
             "rows": len(labels),
             "recover_rows": sum(labels),
+            "rows_by_source": rows_by_source(metas),
             "auroc": tuned.auroc,
             "balanced_accuracy_at_0": at_zero.balanced_accuracy,
             "balanced_accuracy_at_threshold": tuned.balanced_accuracy,
@@ -113,6 +120,11 @@ def calibrate_review(
         file=sys.stderr,
     )
     return record
+
+
+def rows_by_source(metas: list[dict[str, Any]]) -> dict[str, int]:
+    """How many of the rows came from each rollout folder (by folder name)."""
+    return dict(Counter(Path(str(m.get("source_run", ""))).name for m in metas))
 
 
 def keep_zero(adapter_dir: str, reason: str, split: str, labels: list[bool], **found: float) -> dict[str, Any]:
