@@ -258,3 +258,27 @@ def test_the_card_holds_a_pending_threshold_until_calibration_writes_it(
     assert json.loads((tmp_path / "rir_controller.json").read_text())["review_threshold"] is None
     write_adapter_files(str(tmp_path), {**card, "decision_types": ["locate"]}, script, training, script)
     assert "review_threshold" not in json.loads((tmp_path / "rir_controller.json").read_text())
+
+
+def test_rir_train_calibrate_refits_the_card_of_an_existing_adapter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rir train calibrate` writes the threshold into a trained adapter's card; a folder without a
+    card is refused with what to pass instead."""
+    from datasets import Dataset, DatasetDict
+
+    import train.calibrate
+    from rir_runtime.cli import main
+
+    ctx = DecisionContext("t", "goal", "", (Step(0, "look", "ok", 0.0),), "ok", 0.0, "schedule", (0, 1))
+    rows = [{"meta": {"label": "recover" if i < 6 else "continue", "context": ctx.to_json()}} for i in range(12)]
+    DatasetDict({"calibration": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "data" / "review_sft"))
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "rir_controller.json").write_text(json.dumps({"kind": "controller", "review_threshold": -6.0}))
+    monkeypatch.setattr(train.calibrate, "review_margins", lambda _d, metas: [2.0 - i for i in range(len(metas))])
+    assert main(["train", "calibrate", "--adapter", str(adapter), "--data", str(tmp_path / "data")]) == 0
+    card = json.loads((adapter / "rir_controller.json").read_text())
+    assert -4.0 < card["review_threshold"] < -3.0 and card["review_calibration"]["rows"] == 12
+    assert main(["train", "calibrate", "--adapter", str(tmp_path / "data"), "--data", str(tmp_path / "data")]) == 2
+    assert "holds no rir_controller.json: pass an adapter folder" in capsys.readouterr().err

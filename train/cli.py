@@ -7,6 +7,7 @@
         --config configs/train/sft_qwen2.5-0.5b.yaml
     rir train sft --launcher accelerate --num_processes 2 --cpu --config configs/train/sft_cpu_quick.yaml
     rir train sft --help        # every key: ours, TRL's SFTConfig and ModelConfig
+    rir train calibrate --adapter runs/controller-cpu/dpo --data runs/controller-cpu/data
 
 Everything after the stage goes to the stage's `TrlParser` (the same keys as the YAML; flags
 override it). `--launcher accelerate` relaunches `python -m train.<stage>` through `accelerate
@@ -21,6 +22,7 @@ import argparse
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 from rir_runtime.errors import UserInputError
 
@@ -32,6 +34,8 @@ STAGES = {
     "agent-sft": ("behaviour-clone the base agent on expert trajectories (train splits); loads as --policy llm:<dir>"),
     "agent": "the cloned agent in one command: rounds of agent data and agent-sft from a recipe YAML "
     "(configs/pipeline/agent_cpu.yaml), cached and resumable",
+    "calibrate": "fit a trained adapter's recover/continue threshold again, on a dataset's calibration split "
+    "(training does it once; this refits it, e.g. on other data), into the adapter card",
 }
 LAUNCHERS = ("python", "accelerate")
 DEFAULT_ACCELERATE_CONFIG = "configs/accelerate/single_gpu.yaml"
@@ -74,6 +78,8 @@ def split_launcher(argv: list[str]) -> tuple[str, str | None, list[str]]:
 
 def cmd_train(args: argparse.Namespace) -> int:
     stage = args.train_stage
+    if stage == "calibrate":
+        return cmd_calibrate(list(args.argv))
     if stage == "agent":  # a recipe of agent-sft rounds; its YAML names the launcher
         from train.agent_recipe import main as recipe_main
 
@@ -104,4 +110,24 @@ def cmd_train(args: argparse.Namespace) -> int:
         from train import dpo
 
         dpo.main(*parse_train_args(dpo.make_parser(prog=prog), argv))
+    return 0
+
+
+def cmd_calibrate(argv: list[str]) -> int:
+    """`rir train calibrate --adapter DIR --data DIR`: the review threshold that training writes into
+    the adapter card, fitted again (the adapter's weights are not touched)."""
+    from train.calibrate import CARD, MIN_ROWS_PER_LABEL, calibrate_review
+
+    parser = argparse.ArgumentParser(prog="rir train calibrate", description=cmd_calibrate.__doc__)
+    parser.add_argument("--adapter", required=True, help="adapter folder of `rir train sft|dpo|grpo`")
+    parser.add_argument("--data", required=True, help="dataset folder of `rir build-data` (holds review_sft)")
+    parser.add_argument("--rows", type=int, default=120, help="review rows scored at most (default: 120)")
+    parser.add_argument(
+        "--min-per-label", type=int, default=MIN_ROWS_PER_LABEL, help="fewer rows of a label: threshold 0"
+    )
+    args = parser.parse_args(argv)
+    if not (Path(args.adapter) / CARD).is_file():
+        raise UserInputError(f"{args.adapter} holds no {CARD}: pass an adapter folder written by `rir train`")
+    record = calibrate_review(args.adapter, args.data, max_rows=args.rows, min_per_label=args.min_per_label)
+    print(f"review_threshold {record['review_threshold']:+.3f} written to {Path(args.adapter) / CARD}")
     return 0
