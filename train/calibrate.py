@@ -88,7 +88,7 @@ def calibrate_review(
             f"{len(labels)} {split} review rows, {sum(labels)} of them recover: fewer than {min_per_label} of a "
             "label, so the threshold stays 0 (build data with more task variations to calibrate)"
         )
-        return keep_zero(adapter_dir, reason, split, labels)
+        return keep_zero(adapter_dir, reason, split, metas)
     margins = review_margins(adapter_dir, metas)
     at_zero = binary_quality(labels, [m > 0 for m in margins], margins)
     ranking = at_zero.auroc or 0.0  # both labels are present, so it is defined
@@ -97,7 +97,7 @@ def calibrate_review(
             f"the margins rank the {len(labels)} {split} review rows no better than chance (AUROC "
             f"{ranking:.3f}), so the threshold stays 0: a cut on them would fit noise"
         )
-        return keep_zero(adapter_dir, reason, split, labels, auroc=ranking)
+        return keep_zero(adapter_dir, reason, split, metas, auroc=ranking)
     threshold = best_threshold(labels, margins)
     tuned = binary_quality(labels, [m > threshold for m in margins], margins)
     record = {
@@ -127,10 +127,12 @@ def rows_by_source(metas: list[dict[str, Any]]) -> dict[str, int]:
     return dict(Counter(Path(str(m.get("source_run", ""))).name for m in metas))
 
 
-def keep_zero(adapter_dir: str, reason: str, split: str, labels: list[bool], **found: float) -> dict[str, Any]:
+def keep_zero(adapter_dir: str, reason: str, split: str, metas: list[dict[str, Any]], **found: float) -> dict[str, Any]:
     """Fit no threshold: the card keeps 0 (the adapter's own argmax) and says why, with what was found."""
     print(f"warning: calibration skipped: {reason}", file=sys.stderr)
-    skipped = {"skipped": reason, "split": split, "rows": len(labels), "recover_rows": sum(labels), **found}
+    recover = sum(m["label"] == "recover" for m in metas)
+    skipped = {"skipped": reason, "split": split, "rows": len(metas), "recover_rows": recover, **found}
+    skipped["rows_by_source"] = rows_by_source(metas)
     return write_record(adapter_dir, {"review_threshold": 0.0, "review_calibration": skipped})
 
 
