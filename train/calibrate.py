@@ -103,10 +103,7 @@ def calibrate_review(
     record = {
         "review_threshold": threshold,
         "review_calibration": {
-            "split": split,
-            "rows": len(labels),
-            "recover_rows": sum(labels),
-            "rows_by_source": rows_by_source(metas),
+            **row_counts(split, metas),
             "auroc": tuned.auroc,
             "balanced_accuracy_at_0": at_zero.balanced_accuracy,
             "balanced_accuracy_at_threshold": tuned.balanced_accuracy,
@@ -122,17 +119,21 @@ def calibrate_review(
     return record
 
 
-def rows_by_source(metas: list[dict[str, Any]]) -> dict[str, int]:
-    """How many of the rows came from each rollout folder (by folder name)."""
-    return dict(Counter(Path(str(m.get("source_run", ""))).name for m in metas))
+def row_counts(split: str, metas: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a calibration record says of its rows: the split, how many, how many "recover", and how
+    many came from each rollout folder (by folder name)."""
+    return {
+        "split": split,
+        "rows": len(metas),
+        "recover_rows": sum(m["label"] == "recover" for m in metas),
+        "rows_by_source": dict(Counter(Path(str(m.get("source_run", ""))).name for m in metas)),
+    }
 
 
 def keep_zero(adapter_dir: str, reason: str, split: str, metas: list[dict[str, Any]], **found: float) -> dict[str, Any]:
     """Fit no threshold: the card keeps 0 (the adapter's own argmax) and says why, with what was found."""
     print(f"warning: calibration skipped: {reason}", file=sys.stderr)
-    recover = sum(m["label"] == "recover" for m in metas)
-    skipped = {"skipped": reason, "split": split, "rows": len(metas), "recover_rows": recover, **found}
-    skipped["rows_by_source"] = rows_by_source(metas)
+    skipped = {"skipped": reason, **row_counts(split, metas), **found}
     return write_record(adapter_dir, {"review_threshold": 0.0, "review_calibration": skipped})
 
 
