@@ -88,6 +88,9 @@ class PipelineConfig:
     sft_max_length: int = field(default=0, metadata={"help": "override the training max_length (0: keep)"})
     dpo_config: str = field(default="", metadata={"help": "DPO YAML after SFT (empty: no DPO)"})
     dpo_max_steps: int = field(default=0, metadata={"help": "override the DPO config's max_steps (0: keep)"})
+    train_seed: int = field(
+        default=0, metadata={"help": "override the SFT and DPO configs' seed (0: keep), to measure run-to-run spread"}
+    )
     launcher: str = field(default="python", metadata={"help": "how training runs", "choices": ["python", "accelerate"]})
     accelerate_config: str = field(default="", metadata={"help": "accelerate config file (launcher accelerate)"})
     max_prompt_tokens: int = field(default=1024, metadata={"help": "prompt bound of the datasets"})
@@ -123,6 +126,7 @@ def _train(
 ) -> None:
     args = ["--config", config, "--model", cfg.base_model, "--data", str(data), "--output_dir", str(out)]
     args += (["--max_steps", str(max_steps)] if max_steps else []) + extra
+    args += ["--seed", str(cfg.train_seed)] if cfg.train_seed else []
     start = last_complete_checkpoint(out)
     if start is not None:
         print(f"[pipeline] {kind}: resuming training from {start}", file=sys.stderr)
@@ -229,6 +233,7 @@ def sft_stage(stages: Stages, cfg: PipelineConfig, data: Path) -> Path:
         "sft_config": yaml_settings(cfg.sft_config, "sft_config"),
         "sft_max_steps": cfg.sft_max_steps,
         "sft_max_length": cfg.sft_max_length,
+        **({"train_seed": cfg.train_seed} if cfg.train_seed else {}),  # absent when kept: old caches stay valid
     }
 
     def fn(d: Path) -> None:
@@ -240,6 +245,7 @@ def sft_stage(stages: Stages, cfg: PipelineConfig, data: Path) -> Path:
 def dpo_stage(stages: Stages, cfg: PipelineConfig, data: Path, sft: Path) -> Path:
     """Preference tuning from the SFT adapter."""
     settings = {"dpo_config": yaml_settings(cfg.dpo_config, "dpo_config"), "dpo_max_steps": cfg.dpo_max_steps}
+    settings |= {"train_seed": cfg.train_seed} if cfg.train_seed else {}
 
     def fn(d: Path) -> None:
         extra = ["--sft_adapter", str(sft), *_length(cfg)]

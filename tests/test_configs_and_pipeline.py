@@ -69,6 +69,34 @@ def test_a_suite_may_label_its_rollouts_with_its_own_value() -> None:
         PipelineConfig(suites=suites)
 
 
+def test_train_seed_reaches_both_trainings_and_keys_their_stages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--train_seed N` (to measure run-to-run spread) is passed to SFT and DPO and redoes both stages;
+    0 keeps the configs' seeds and the stage keys of earlier builds."""
+    import eval.pipeline as pipeline
+    from rir_runtime.stages import Stages
+
+    commands: list[list[str]] = []
+    monkeypatch.setattr(pipeline, "run_training", lambda _what, command: commands.append(command))
+    cfg = PipelineConfig(
+        suites=[Suite("builtin", ["workshop-3"], "0-5")], dpo_config="configs/train/dpo_controller_cpu.yaml"
+    )
+
+    def train(cfg: PipelineConfig) -> tuple[str, str]:
+        stages = Stages(tmp_path)
+        data = stages.run("data", {}, lambda d: None)
+        sft = pipeline.sft_stage(stages, cfg, data)
+        pipeline.dpo_stage(stages, cfg, data, sft)
+        return stages.keys["sft"], stages.keys["dpo"]
+
+    kept = train(cfg)
+    assert len(commands) == 2 and not any("--seed" in c for c in commands)
+    seeded = train(replace(cfg, train_seed=7))
+    assert all(c[c.index("--seed") + 1] == "7" for c in commands[2:]) and len(commands) == 4
+    assert seeded[0] != kept[0] and seeded[1] != kept[1]
+
+
 def tiny_quickstart(out: Path) -> PipelineConfig:
     """configs/pipeline/quickstart.yaml with the tiny random model and a few episodes."""
     cfg = build_config(PipelineConfig, load_yaml(ROOT / "configs/pipeline/quickstart.yaml"))
