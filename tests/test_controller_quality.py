@@ -12,7 +12,7 @@ from eval.metrics import auroc, auroc_within, best_threshold, binary_quality
 from rir_runtime.controllers import PromptedController, make_controller
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError
-from rir_runtime.prompts import DecisionContext, render_decision
+from rir_runtime.prompts import DecisionContext, prompt_format_version, render_decision
 
 CTX = DecisionContext("t", "goal", "", (Step(0, "look", "x", 0.0),), "x", 0.0, "schedule", (0, 1))
 
@@ -263,8 +263,8 @@ def test_the_card_holds_a_pending_threshold_until_calibration_writes_it(
 def test_rir_train_calibrate_refits_the_card_of_an_existing_adapter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`rir train calibrate` writes the threshold into a trained adapter's card; a folder without a
-    card is refused with what to pass instead."""
+    """`rir train calibrate` writes the threshold into a trained adapter's card; a folder that is not
+    a controller adapter is refused with what to pass instead."""
     from datasets import Dataset, DatasetDict
 
     import train.calibrate
@@ -275,10 +275,14 @@ def test_rir_train_calibrate_refits_the_card_of_an_existing_adapter(
     DatasetDict({"calibration": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "data" / "review_sft"))
     adapter = tmp_path / "adapter"
     adapter.mkdir()
-    (adapter / "rir_controller.json").write_text(json.dumps({"kind": "controller", "review_threshold": -6.0}))
+    card = {"kind": "controller", "base_model": "tiny", "prompt_format_version": prompt_format_version("controller")}
+    (adapter / "rir_controller.json").write_text(json.dumps(card | {"review_threshold": -6.0}))
     monkeypatch.setattr(train.calibrate, "review_margins", lambda _d, metas: [2.0 - i for i in range(len(metas))])
     assert main(["train", "calibrate", "--adapter", str(adapter), "--data", str(tmp_path / "data")]) == 0
     card = json.loads((adapter / "rir_controller.json").read_text())
     assert -4.0 < card["review_threshold"] < -3.0 and card["review_calibration"]["rows"] == 12
     assert main(["train", "calibrate", "--adapter", str(tmp_path / "data"), "--data", str(tmp_path / "data")]) == 2
-    assert "holds no rir_controller.json: pass an adapter folder" in capsys.readouterr().err
+    assert "is not an adapter folder" in capsys.readouterr().err
+    (adapter / "rir_controller.json").write_text(json.dumps(card | {"kind": "agent"}))  # an agent's card
+    assert main(["train", "calibrate", "--adapter", str(adapter), "--data", str(tmp_path / "data")]) == 2
+    assert "is an agent adapter, not a controller adapter" in capsys.readouterr().err

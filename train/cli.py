@@ -116,6 +116,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_calibrate(argv: list[str]) -> int:
     """`rir train calibrate --adapter DIR --data DIR`: the review threshold that training writes into
     the adapter card, fitted again (the adapter's weights are not touched)."""
+    from rir_runtime.llm.tuned import read_card
     from train.calibrate import CARD, MIN_ROWS_PER_LABEL, calibrate_review
 
     parser = argparse.ArgumentParser(prog="rir train calibrate", description=cmd_calibrate.__doc__)
@@ -126,8 +127,12 @@ def cmd_calibrate(argv: list[str]) -> int:
         "--min-per-label", type=int, default=MIN_ROWS_PER_LABEL, help="fewer rows of a label: threshold 0"
     )
     args = parser.parse_args(argv)
+    read_card(args.adapter)  # a controller adapter in this runtime's prompt format, or a clear error
     if not (Path(args.adapter) / CARD).is_file():
-        raise UserInputError(f"{args.adapter} holds no {CARD}: pass an adapter folder written by `rir train`")
+        raise UserInputError(
+            f"{args.adapter} is a plain PEFT adapter without {CARD}, where the threshold is written: "
+            "calibrate an adapter trained by `rir train sft|dpo|grpo`"
+        )
     record = calibrate_review(args.adapter, args.data, max_rows=args.rows, min_per_label=args.min_per_label)
     print(f"review_threshold {record['review_threshold']:+.3f} written to {Path(args.adapter) / CARD}")
     return 0
