@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.metrics import auroc_within, binary_quality
+from eval.metrics import auroc, auroc_within, binary_quality
 from rir_runtime.controllers import make_controller
 from rir_runtime.decisions import Decision, DecisionKind, parse
 from rir_runtime.errors import ParseError, UserInputError
@@ -57,7 +57,7 @@ def from_source(row: dict[str, Any], source: list[str]) -> bool:
     return not source or run in source or Path(run).name in source
 
 
-def _rows(
+def scored_rows(
     data: Path, name: str, split: str, max_rows: int, source: list[str], stratify: bool = False
 ) -> list[dict[str, Any]]:
     """The split's scorable rows from the given rollouts; a cap takes evenly spaced rows, since rows
@@ -147,7 +147,7 @@ def score_controller(
             latency.append(time.perf_counter() - start)
         return answered[key]
 
-    review = _rows(data, "review_sft", split, max_rows, source)
+    review = scored_rows(data, "review_sft", split, max_rows, source)
     labels, predictions, scores, envs = [], [], [], []
     for row in tqdm(review, desc=f"{spec}: review", file=sys.stderr, mininterval=2.0):
         decision = decide("review", row)
@@ -163,7 +163,7 @@ def score_controller(
         m["review_auroc_within_env"] = auroc_within(labels, scores, envs)
         m["review_margins"] = scores
 
-    locate = _rows(data, "locate_sft", split, max_rows, source, stratify=True)
+    locate = scored_rows(data, "locate_sft", split, max_rows, source, stratify=True)
     coarse = [row for row in locate if row["meta"]["decision"] == "locate_coarse"]
     fine = [row for row in locate if row["meta"]["decision"] == "locate_fine"]
     for row in locate:
@@ -184,7 +184,7 @@ def score_controller(
     m["mean_reward"] = sum(every) / len(every) if every else None
 
     reflect_cap = max_rows if max_reflect_rows < 0 else max_reflect_rows
-    reflect = _rows(data, "reflect_sft", split, reflect_cap, source) if reflect_cap or not max_rows else []
+    reflect = scored_rows(data, "reflect_sft", split, reflect_cap, source) if reflect_cap or not max_rows else []
     if reflect:
         valid = matches = 0
         for row in reflect:
@@ -199,7 +199,7 @@ def score_controller(
             reflect_failure_action_match=matches / len(reflect),
         )
 
-    prefs = _rows(data, "reflect_pref", split, reflect_cap, source) if reflect_cap or not max_rows else []
+    prefs = scored_rows(data, "reflect_pref", split, reflect_cap, source) if reflect_cap or not max_rows else []
     if prefs:
         wins = 0
         for row in prefs:
@@ -212,6 +212,21 @@ def score_controller(
     m["latency_s"] = sum(latency) / len(latency) if latency else None
     m["decisions"] = len(latency)
     return m
+
+
+def step_reference(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How well the review's step index alone ranks "recover" above "continue" on the scored rows:
+    the bar a learned When has to clear before it has learned more than how late in the episode a
+    review comes (later reviews are more often past a fatal mistake, so on hindsight labels the bar
+    can be high)."""
+    labels = [r["meta"]["label"] == "recover" for r in rows]
+    steps = [float(r["meta"]["step"]) for r in rows]
+    envs = [str(r["meta"].get("env", "")) for r in rows]
+    return {
+        "review_rows": len(rows),
+        "review_auroc_by_step": auroc(labels, steps) if rows else None,
+        "review_auroc_by_step_within_env": auroc_within(labels, steps, envs) if rows else None,
+    }
 
 
 def restore_quality(picks: list[tuple[int, int, int]]) -> dict[str, Any]:
@@ -280,8 +295,14 @@ def _cell(key: str, res: dict[str, Any]) -> str:
     return f"{value:.1%}"
 
 
-def markdown(results: list[dict[str, Any]], split: str, source: list[str] | None = None) -> str:
-    """One table: metrics as rows, controllers as columns (the majority baseline is the bar to clear)."""
+def markdown(
+    results: list[dict[str, Any]],
+    split: str,
+    source: list[str] | None = None,
+    reference: dict[str, Any] | None = None,
+) -> str:
+    """One table: metrics as rows, controllers as columns (the majority baseline is the bar to clear),
+    then the review AUROC of the step index alone (`step_reference`), the bar for the ranking."""
     names = [r["controller"] for r in results]
     rows_from = f", rows from {', '.join(f'`{Path(s).name}`' for s in source)}" if source else ""
     lines = [
@@ -293,6 +314,16 @@ def markdown(results: list[dict[str, Any]], split: str, source: list[str] | None
     for key, label in METRICS:
         if any(r.get(key) is not None for r in results):
             lines.append(f"| {label} | " + " | ".join(_cell(key, r) for r in results) + " |")
+    by_step = (reference or {}).get("review_auroc_by_step")
+    if by_step is not None:
+        within = reference.get("review_auroc_by_step_within_env") if reference else None
+        lines += [
+            "",
+            f"Reference: ranking these {reference['review_rows'] if reference else 0} reviews by their step index "
+            f"alone gives AUROC {by_step:.3f}"
+            + (f" ({within:.3f} within a benchmark)" if within is not None else "")
+            + "; a learned When that ranks below it has not learned more than how late a review comes.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -307,8 +338,10 @@ def evaluate_controllers(cfg: ControllerEvalConfig) -> list[dict[str, Any]]:
     ]
     if not any(r.get("decisions") for r in results) and cfg.source:
         raise UserInputError(f"no {cfg.split} rows of {data} come from {cfg.source}: check the rollout folder names")
+    reference = step_reference(scored_rows(data, "review_sft", cfg.split, cfg.max_rows, cfg.source))
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "controller_eval.json").write_text(json.dumps({"results": results, "config": asdict(cfg)}, indent=2) + "\n")
-    (out / "controller_eval.md").write_text(markdown(results, cfg.split, cfg.source))
+    record = {"results": results, "reference": reference, "config": asdict(cfg)}
+    (out / "controller_eval.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out / "controller_eval.md").write_text(markdown(results, cfg.split, cfg.source, reference))
     return results

@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from rir_runtime.errors import RIRError
@@ -175,10 +176,11 @@ def cmd_build_data(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_controller(args: argparse.Namespace) -> int:
-    from eval.controller_eval import ControllerEvalConfig, evaluate_controllers, markdown
+    from eval.controller_eval import ControllerEvalConfig, evaluate_controllers
 
     cfg = _config(args, ControllerEvalConfig)
-    print(markdown(evaluate_controllers(cfg), cfg.split))
+    evaluate_controllers(cfg)
+    print((Path(cfg.out) / "controller_eval.md").read_text(), end="")
     return 0
 
 
@@ -197,8 +199,6 @@ def cmd_mistakes(args: argparse.Namespace) -> int:
 
 
 def cmd_trace_upgrade(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from rir_runtime.trace.upgrade import upgrade_run
 
     upgrade_run(Path(args.folder))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict
 
-from eval.controller_eval import _rows, restore_quality
+from eval.controller_eval import markdown, restore_quality, scored_rows, step_reference
 from eval.pipeline import PipelineConfig, Suite, offline_verdict, row_groups
 
 
@@ -21,13 +21,13 @@ def write_review_rows(data: Path, sources: list[str]) -> None:
 
 def test_rows_keep_only_the_named_sources_and_spread_a_cap_over_them(tmp_path: Path) -> None:
     write_review_rows(tmp_path, ["rollout-expert"] * 6 + ["rollout-agent"] * 4)
-    agent = _rows(tmp_path, "review_sft", "validation", 0, ["rollout-agent"])
+    agent = scored_rows(tmp_path, "review_sft", "validation", 0, ["rollout-agent"])
     assert [r["meta"]["index"] for r in agent] == [6, 7, 8, 9]
-    by_path = _rows(tmp_path, "review_sft", "validation", 0, ["runs/x/rollout-agent"])
+    by_path = scored_rows(tmp_path, "review_sft", "validation", 0, ["runs/x/rollout-agent"])
     assert len(by_path) == 4
-    spread = _rows(tmp_path, "review_sft", "validation", 3, [])
+    spread = scored_rows(tmp_path, "review_sft", "validation", 3, [])
     assert [r["meta"]["index"] for r in spread] == [0, 3, 6]  # not the first three, all of one source
-    assert _rows(tmp_path, "review_sft", "train", 3, []) == []
+    assert scored_rows(tmp_path, "review_sft", "train", 3, []) == []
 
 
 def test_a_capped_restore_point_sample_shares_the_cap_between_stay_and_step_back(tmp_path: Path) -> None:
@@ -50,11 +50,11 @@ def test_a_capped_restore_point_sample_shares_the_cap_between_stay_and_step_back
         for d in ("locate_coarse", "locate_fine")
     ]
     DatasetDict({"validation": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "locate_sft"))
-    sample = _rows(tmp_path, "locate_sft", "validation", 8, [], stratify=True)
+    sample = scored_rows(tmp_path, "locate_sft", "validation", 8, [], stratify=True)
     stays = [(r["meta"]["decision"], r["meta"]["index"]) for r in sample if r["meta"]["restore"] == 5]
     assert sorted(stays) == [("locate_coarse", 4), ("locate_coarse", 15), ("locate_fine", 4), ("locate_fine", 15)]
     assert len(sample) == 8 and [r["meta"]["index"] for r in sample] == sorted(r["meta"]["index"] for r in sample)
-    assert sum(r["meta"]["restore"] == 5 for r in _rows(tmp_path, "locate_sft", "validation", 8, [])) <= 2
+    assert sum(r["meta"]["restore"] == 5 for r in scored_rows(tmp_path, "locate_sft", "validation", 8, [])) <= 2
 
 
 def test_rows_of_the_agent_and_of_the_expert_are_scored_apart() -> None:
@@ -93,3 +93,20 @@ def test_restore_quality_scores_stay_and_step_back_rows_apart() -> None:
     assert (q["stay_rows"], q["stay_accuracy"]) == (2, 0.5)
     assert (q["back_rows"], q["back_exact"]) == (2, 0.5)
     assert restore_quality([(1, 2, 6)])["stay_accuracy"] is None  # no stay rows: no figure, not 0
+
+
+def test_the_step_reference_ranks_reviews_by_how_late_they_come() -> None:
+    """Late reviews recover, early ones continue: the step index alone ranks them perfectly, and the
+    report says so beside the controllers' figures; reversed, it ranks them worst."""
+    rows = [
+        {"meta": {"label": label, "step": step, "env": "builtin"}}
+        for label, step in (("continue", 2), ("continue", 4), ("recover", 9), ("recover", 12))
+    ]
+    reference = step_reference(rows)
+    assert reference == {"review_rows": 4, "review_auroc_by_step": 1.0, "review_auroc_by_step_within_env": 1.0}
+    for row, step in zip(rows, (12, 9, 4, 2), strict=True):
+        row["meta"]["step"] = step
+    assert step_reference(rows)["review_auroc_by_step"] == 0.0
+    text = markdown([{"controller": "heuristic", "review_auroc": 0.5}], "validation", None, reference)
+    assert "ranking these 4 reviews by their step index alone gives AUROC 1.000 (1.000 within a benchmark)" in text
+    assert "Reference" not in markdown([{"controller": "heuristic", "review_auroc": 0.5}], "validation")
