@@ -88,6 +88,25 @@ def test_balancing_evens_the_answer_classes_and_keeps_the_row_count() -> None:
     assert balance_labels(unlabelled, seed=0, what="x") is unlabelled
 
 
+def test_decision_shares_resample_each_decision_to_its_share_of_the_rows() -> None:
+    """20 review, 60 restore-point and 20 reflection rows at shares 0.6/0.3/0.1 become 60/30/10: the
+    total stays 100, the review rows are repeated, the restore-point rows thinned."""
+    from datasets import Dataset
+
+    from train.args import TrainScriptArguments
+    from train.data import mix_to_shares
+
+    sizes = (("r", 20), ("l", 60), ("f", 20))
+    parts = [Dataset.from_list([{"x": f"{name}{i}"} for i in range(n)]) for name, n in sizes]
+    script = TrainScriptArguments(decision_shares=[6, 3, 1])  # normalised to 0.6/0.3/0.1
+    out = mix_to_shares(parts, script.decision_shares, seed=0, names=["review", "locate", "reflect"])
+    assert [len(ds) for ds in out] == [60, 30, 10]
+    assert set(out[0]["x"]) == {f"r{i}" for i in range(20)}  # every review row kept, then repeated
+    assert len(set(out[1]["x"])) == 30  # thinned without repeats
+    with pytest.raises(UserInputError, match="one non-negative share per decision type"):
+        TrainScriptArguments(decision_shares=[0.5, 0.5])
+
+
 def test_restore_point_rows_are_balanced_between_staying_and_stepping_back() -> None:
     """One stay row in ten (the restore label is the current checkpoint, `meta.step`) becomes one in
     two, for the coarse and the fine rows alike."""

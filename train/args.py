@@ -38,6 +38,14 @@ class TrainScriptArguments:
             "choices": [*DECISION_TYPES, AGENT],
         },
     )
+    decision_shares: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "share of the train rows for each of decision_types, in order (e.g. 0.6 0.3 0.1): each "
+            "decision's rows are resampled to its share of the total, which stays the same; default: "
+            "the mix the data has"
+        },
+    )
     model: str | None = field(
         default=None,
         metadata={
@@ -88,6 +96,14 @@ class TrainScriptArguments:
                 f"decision_types [{AGENT}] alone (`rir train agent-sft`), and the controller without it"
             )
         self.decision_types = list(dict.fromkeys(types))
+        if self.decision_shares is not None:
+            shares = [float(x) for x in self.decision_shares]
+            if len(shares) != len(self.decision_types) or any(x < 0 for x in shares) or sum(shares) <= 0:
+                raise UserInputError(
+                    f"decision_shares {shares} invalid: give one non-negative share per decision type "
+                    f"({', '.join(self.decision_types)}), in that order, with a positive sum"
+                )
+            self.decision_shares = [x / sum(shares) for x in shares]
 
 
 # --- config parsing -----------------------------------------------------------------------------

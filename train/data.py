@@ -125,6 +125,10 @@ def load_datasets(
             if balance and split == script_args.train_split:
                 ds = balance_labels(ds, seed, name)
             parts[split].append(ds.select_columns(list(COLUMNS[kind])))
+    if script_args.decision_shares is not None and len(folders) > 1:  # one dataset folder: nothing to mix
+        parts[script_args.train_split] = mix_to_shares(
+            parts[script_args.train_split], script_args.decision_shares, seed, list(folders)
+        )
     out: list[Any] = []  # the train set, then the eval set or None
     for split, cap in (
         (script_args.train_split, script_args.max_train_samples),
@@ -193,6 +197,29 @@ def balance_labels(ds: Any, seed: int, what: str) -> Any:
     counts = {c: len(rows) for c, rows in sorted(by_class.items())}
     logger.warning("%s: resampled %s to %d rows per answer class", what, counts, per)
     return ds.select(sorted(keep), keep_in_memory=True).flatten_indices(keep_in_memory=True)
+
+
+def mix_to_shares(parts: Sequence[Any], shares: Sequence[float], seed: int, names: Sequence[str]) -> list[Any]:
+    """Each decision's train rows resampled (fixed seed) to its share of the total row count, which
+    stays the same: the rarer decision is repeated, the commoner thinned. A short run sees only the
+    head of the shuffled mix; with the data's own mix 60 steps of 4 rows held ~88 review rows, and
+    the When stayed below the step-index reference, while review rows alone taught it."""
+    import random
+
+    total = sum(len(ds) for ds in parts)
+    rng = random.Random(seed)
+    out: list[Any] = []
+    for ds, share, name in zip(parts, shares, names, strict=True):
+        want = round(share * total)
+        if want == 0:
+            continue
+        if not len(ds):
+            raise UserInputError(f"decision_shares give {name} {share:.0%} of the rows but it has none")
+        rows = list(range(len(ds)))
+        keep = rng.sample(rows, want) if len(ds) >= want else rows + rng.choices(rows, k=want - len(ds))
+        logger.warning("%s: %d rows resampled to %d (%.0f%% of %d)", name, len(ds), want, 100 * share, total)
+        out.append(ds.select(sorted(keep), keep_in_memory=True).flatten_indices(keep_in_memory=True))
+    return out
 
 
 def drop_overlong(ds: Any, tokenizer: Any, max_length: int | None, what: str) -> Any:
