@@ -14,9 +14,8 @@
 # trainer_state_135m.json, trainer_state_0.5b.json, summary.json, and log.txt.
 set -euo pipefail
 tok=$1 data=$2 out=$3
-mkdir -p "$out"
-exec > >(tee "$out/log.txt") 2>&1
-rir() { python3 -m rir_runtime.cli "$@"; }
+source "$(dirname "$0")/gpu_lib.sh"
+log_to_out
 if [[ "${QUICK:-0}" == 1 ]]; then
   shape135=tiny shape05=tiny steps135=2 gpu=(--use_cpu true --bf16 false) launcher=(--launcher python)
   q05_extra=(--max-steps 2 --use_cpu true --bf16 false --per_device_train_batch_size 2 --per_device_eval_batch_size 2
@@ -26,19 +25,10 @@ else
   shape135=same shape05=0.5b steps135=120 gpu=(--use_cpu false --bf16 true) q05_extra=()
   launcher=(--launcher accelerate --accelerate-config configs/accelerate/single_gpu.yaml)
   bench=(--shape 0.5b --steps 10 --seq-len 1024 --batch-size 16 --gradient-checkpointing)
-  nvidia-smi --query-gpu=timestamp,memory.used --format=csv -lms 500 > "$out/mem.csv" &
-  trap 'kill %1' EXIT  # else the sampler holds the log pipe open after the script ends
+  sample_gpu_memory
 fi
-python3 - > "$out/versions.txt" <<'PY'
-import importlib.metadata as md, torch
-print("gpu:", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none")
-for d in ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "pyarrow"):
-    print(d, md.version(d))
-PY
-cat "$out/versions.txt"
+write_versions
 
-stamp() { echo "== $(date +%T) $*"; }
-last_state() { cp "$(ls -d "$1"/checkpoint-* | sort -V | tail -1)/trainer_state.json" "$2"; }  # newest checkpoint
 stamp "1. raw throughput"
 python3 bench/train_throughput.py "${bench[@]}" | tee "$out/throughput.json"
 
