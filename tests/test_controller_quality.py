@@ -105,6 +105,8 @@ def test_decision_shares_resample_each_decision_to_its_share_of_the_rows() -> No
     assert len(set(out[1]["x"])) == 30  # thinned without repeats
     with pytest.raises(UserInputError, match="one non-negative share per decision type"):
         TrainScriptArguments(decision_shares=[0.5, 0.5])
+    alone = TrainScriptArguments(decision_types=["review"], decision_shares=[0.6, 0.3, 0.1])  # a config's mix
+    assert alone.decision_shares is None  # one decision takes every row, so `--decision_types review` still works
 
 
 def test_restore_point_rows_are_balanced_between_staying_and_stepping_back() -> None:

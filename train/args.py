@@ -43,7 +43,7 @@ class TrainScriptArguments:
         metadata={
             "help": "share of the train rows for each of decision_types, in order (e.g. 0.6 0.3 0.1): each "
             "decision's rows are resampled to its share of the total, which stays the same; default: "
-            "the mix the data has"
+            "the mix the data has; moot (dropped) when one decision type is trained"
         },
     )
     model: str | None = field(
@@ -96,6 +96,9 @@ class TrainScriptArguments:
                 f"decision_types [{AGENT}] alone (`rir train agent-sft`), and the controller without it"
             )
         self.decision_types = list(dict.fromkeys(types))
+        if self.decision_shares is not None and len(self.decision_types) == 1:
+            # one decision takes every row: a config's mix must not block `--decision_types review`
+            self.decision_shares = None
         if self.decision_shares is not None:
             shares = [float(x) for x in self.decision_shares]
             if len(shares) != len(self.decision_types) or any(x < 0 for x in shares) or sum(shares) <= 0:
