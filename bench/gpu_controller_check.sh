@@ -11,7 +11,7 @@
 #      all of it) on the controller datasets, Qwen2.5-0.5B shape;
 #   2. `rir train dpo` with configs/train/dpo_qwen2.5-0.5b.yaml through `accelerate launch`, from that adapter,
 #      capped at $DPO_STEPS steps (default 20), so a full epoch is extrapolated from the time per step;
-#   3. `rir eval-controller` of the step-1 adapter on 40 review, 40 restore-point and 6 reflection rows: seconds per
+#   3. `rir eval-controller` of the step-1 adapter on 40 review, 20 restore-point and 6 reflection rows: seconds per
 #      decision on the GPU;
 #   4. `rir train sft` with the CPU recipe's config (configs/train/sft_controller_cpu.yaml) moved to the GPU, the
 #      packaged model's shape: the CPU recipe's 60 steps, to compare with ~24 s per step on two cores.
