@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.metrics import auroc, auroc_within, binary_quality
+from eval.when_features import feature_reference
 from rir_runtime.controllers import make_controller
 from rir_runtime.decisions import Decision, DecisionKind, parse
 from rir_runtime.errors import ParseError, UserInputError
@@ -302,7 +303,8 @@ def markdown(
     reference: dict[str, Any] | None = None,
 ) -> str:
     """One table: metrics as rows, controllers as columns (the majority baseline is the bar to clear),
-    then the review AUROC of the step index alone (`step_reference`), the bar for the ranking."""
+    then the review AUROC of the step index alone (`step_reference`) and of a feature model
+    (`feature_reference`), the bars for the ranking."""
     names = [r["controller"] for r in results]
     rows_from = f", rows from {', '.join(f'`{Path(s).name}`' for s in source)}" if source else ""
     lines = [
@@ -324,6 +326,15 @@ def markdown(
             + (f" ({within:.3f} within a benchmark)" if within is not None else "")
             + "; a learned When that ranks below it has not learned more than how late a review comes.",
         ]
+    by_features = (reference or {}).get("review_auroc_by_features")
+    if by_features is not None and reference:
+        within = reference.get("review_auroc_by_features_within_env")
+        lines.append(
+            f"A logistic regression on the signals the prompt states (`eval/when_features.py`), fitted on "
+            f"{reference['feature_train_rows']} train reviews, ranks them at AUROC {by_features:.3f}"
+            + (f" ({within:.3f} within a benchmark)" if within is not None else "")
+            + ": the bar for a When that reads more than the prompt's surface."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -338,7 +349,8 @@ def evaluate_controllers(cfg: ControllerEvalConfig) -> list[dict[str, Any]]:
     ]
     if not any(r.get("decisions") for r in results) and cfg.source:
         raise UserInputError(f"no {cfg.split} rows of {data} come from {cfg.source}: check the rollout folder names")
-    reference = step_reference(scored_rows(data, "review_sft", cfg.split, cfg.max_rows, cfg.source))
+    reviews = scored_rows(data, "review_sft", cfg.split, cfg.max_rows, cfg.source)
+    reference = step_reference(reviews) | feature_reference(scored_rows(data, "review_sft", "train", 0, []), reviews)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     record = {"results": results, "reference": reference, "config": asdict(cfg)}
