@@ -73,8 +73,8 @@ def feature_reference(train: list[dict[str, Any]], scored: list[dict[str, Any]])
         "review_auroc_by_features": None,
         "review_auroc_by_features_within_env": None,
     }
-    if not scored or y_train.min(initial=1.0) == y_train.max(initial=0.0):
-        return out  # nothing to rank, or a train split with one answer only
+    if not scored or len(set(y_train.tolist())) < 2:
+        return out  # nothing to rank, or a train split without both answers (or none at all)
     train_features = [review_features(r) for r in train]
     names = sorted({name for f in train_features for name in f})
     x = _matrix(train_features, names)

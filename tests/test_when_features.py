@@ -51,6 +51,7 @@ def test_the_fitted_model_ranks_held_out_loops_where_the_step_index_cannot() -> 
 def test_a_train_split_with_one_answer_gives_no_reference() -> None:
     only_continue = [r for r in looping_rows(50, seed=2) if r["meta"]["label"] == "continue"]
     assert feature_reference(only_continue, looping_rows(20, seed=3))["review_auroc_by_features"] is None
+    assert feature_reference([], looping_rows(20, seed=3))["review_auroc_by_features"] is None  # no train split
 
 
 def test_balanced_logistic_regression_separates_a_rare_class() -> None:
