@@ -17,15 +17,13 @@ import numpy as np
 
 from eval.metrics import auroc, auroc_within
 from rir_runtime.prompts import DecisionContext
-from rir_runtime.signals import is_error_reply, steps_since_progress
-
-WINDOW = 8  # the recent steps the prompt's repeat signal looks at (`trajectory_signals`)
+from rir_runtime.signals import RECENT_WINDOW, is_error_reply, steps_since_progress
 
 
 def review_features(row: dict[str, Any]) -> dict[str, float]:
     """The facts a review prompt states, as numbers; the benchmark and trigger as indicators."""
     ctx = DecisionContext.from_json(row["meta"]["context"])
-    h, recent = ctx.history, ctx.history[-WINDOW:]
+    h, recent = ctx.history, ctx.history[-RECENT_WINDOW:]
     return {
         "steps": float(len(h)),
         "steps_since_progress": float(steps_since_progress(h)),

@@ -31,7 +31,10 @@ def steps_since_progress(history: tuple[Step, ...]) -> int:
     return since
 
 
-def trajectory_signals(history: tuple[Step, ...], window: int = 8) -> list[str]:
+RECENT_WINDOW = 8  # the recent steps whose repeated actions the prompt reports
+
+
+def trajectory_signals(history: tuple[Step, ...], window: int = RECENT_WINDOW) -> list[str]:
     """The visible facts about a branch, one short phrase each (empty for an uneventful one)."""
     if not history:
         return []
