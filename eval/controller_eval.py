@@ -350,7 +350,9 @@ def evaluate_controllers(cfg: ControllerEvalConfig) -> list[dict[str, Any]]:
     if not any(r.get("decisions") for r in results) and cfg.source:
         raise UserInputError(f"no {cfg.split} rows of {data} come from {cfg.source}: check the rollout folder names")
     reviews = scored_rows(data, "review_sft", cfg.split, cfg.max_rows, cfg.source)
-    reference = step_reference(reviews) | feature_reference(scored_rows(data, "review_sft", "train", 0, []), reviews)
+    # fitted on the train split, so scoring that split would rank the rows it was fitted on: no figure then
+    train = scored_rows(data, "review_sft", "train", 0, []) if cfg.split != "train" else []
+    reference = step_reference(reviews) | feature_reference(train, reviews)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     record = {"results": results, "reference": reference, "config": asdict(cfg)}

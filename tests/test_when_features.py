@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from datasets import Dataset, DatasetDict
 
-from eval.controller_eval import markdown
+from eval.controller_eval import ControllerEvalConfig, evaluate_controllers, markdown
 from eval.when_features import feature_reference, fit_logistic, review_features
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.prompts import DecisionContext
@@ -59,3 +62,25 @@ def test_balanced_logistic_regression_separates_a_rare_class() -> None:
     y = np.array([0, 0, 0, 0, 0, 0, 0, 1], dtype=float)
     beta = fit_logistic(x, y, l2=0.1)
     assert beta[0] > 0 and x[-1, 0] * beta[0] + beta[1] > 0 > x[0, 0] * beta[0] + beta[1]
+
+
+def test_eval_controller_writes_the_reference_except_on_the_split_it_is_fitted_on(tmp_path: Path) -> None:
+    """Scored on validation rows, the report carries the feature model's AUROC; scored on the train
+    split it would rank the rows it was fitted on, so no figure is written."""
+
+    def rows(n: int, seed: int) -> list[dict[str, Any]]:
+        out = looping_rows(n, seed)
+        for r in out:
+            r["meta"].update(decision="review", source_run="runs/x/rollout-builtin")
+            r["prompt"] = [{"role": "user", "content": "review"}]
+            r["completion"] = [{"role": "assistant", "content": json.dumps({"decision": r["meta"]["label"]})}]
+        return out
+
+    DatasetDict({"train": Dataset.from_list(rows(80, 0)), "validation": Dataset.from_list(rows(30, 1))}).save_to_disk(
+        str(tmp_path / "data" / "review_sft")
+    )
+    for split, expect_figure in (("validation", True), ("train", False)):
+        cfg = ControllerEvalConfig(data=str(tmp_path / "data"), split=split, out=str(tmp_path / split))
+        evaluate_controllers(cfg)
+        reference = json.loads((tmp_path / split / "controller_eval.json").read_text())["reference"]
+        assert (reference["review_auroc_by_features"] is not None) is expect_figure
