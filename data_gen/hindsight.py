@@ -24,7 +24,7 @@ from typing import Any
 
 from data_gen.agent_values import AgentValue
 from rir_runtime.controllers import HeuristicController, reflection_for
-from rir_runtime.decisions import Reflection
+from rir_runtime.decisions import Reflection, avoid_lesson
 from rir_runtime.envs import Env, Snapshot, TaskSpec
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import RestoreError
@@ -241,8 +241,7 @@ def reflection_candidates(label: Label) -> list[Reflection]:
         others = [s.action for s in ctx.history[r + 1 :] + ctx.history[:r][::-1] if s.action != culprit]
         if others:
             wrong = others[0]  # the next step after the culprit, else the one before it
-            lesson = f"in that situation do not '{wrong}'; choose a different action"
-            out.append(replace(hindsight, failure=replace(hindsight.failure, action=wrong, lesson=lesson)))
+            out.append(replace(hindsight, failure=replace(hindsight.failure, action=wrong, lesson=avoid_lesson(wrong))))
     own = label.point.reflection
     if own is not None and own not in out:
         out.insert(0, own)

@@ -21,7 +21,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from rir_runtime.decisions import ANSWER_OPENING, Decision, DecisionKind, Failure, Reflection, Review, dump, parse
+from rir_runtime.decisions import (
+    ANSWER_OPENING,
+    Decision,
+    DecisionKind,
+    Failure,
+    Reflection,
+    Review,
+    avoid_lesson,
+    dump,
+    parse,
+)
 from rir_runtime.errors import ParseError, RIRError, UnknownNameError, UserInputError
 from rir_runtime.llm.base import Backend
 from rir_runtime.prompts import DecisionContext, content_tokens, ending, fit_decision
@@ -140,7 +150,7 @@ def reflection_for(ctx: DecisionContext, r: int) -> Reflection:
         condition=f"after seeing: {before[:120]}",
         action=culprit.action,
         outcome=outcome[:200],
-        lesson=f"in that situation do not '{culprit.action}'; choose a different action",
+        lesson=avoid_lesson(culprit.action),
     )
     return Reflection(knowledge[:3], milestones, failure)
 

@@ -49,6 +49,12 @@ class Failure:
     lesson: str
 
 
+def avoid_lesson(action: str) -> str:
+    """The lesson the heuristic writes and the hindsight reflections teach: one wording, so that the
+    training rows and the rule's records say the same thing."""
+    return f"in that situation do not '{action}'; choose a different action"
+
+
 @dataclass(frozen=True)
 class Reflection:
     env_knowledge: tuple[str, ...] = ()

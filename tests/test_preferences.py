@@ -24,7 +24,7 @@ from data_gen.hindsight import Label, decision_points, retry_success
 from data_gen.rollout import RolloutConfig, rollout
 from data_gen.splits import variation_key
 from rir_runtime.controllers import failure_signal
-from rir_runtime.decisions import parse
+from rir_runtime.decisions import avoid_lesson, parse
 from rir_runtime.envs import Snapshot, TaskSpec
 from rir_runtime.envs.builtin import WorkshopEnv
 from rir_runtime.prompts import DecisionContext
@@ -218,6 +218,16 @@ def test_reflect_chosen_retries_at_least_as_well(built) -> None:
         won = [retry_success(env, label, r, cfg.reflect_retries, rate) for r in (chosen, rejected)]
         margins.append(won[0] - won[1])
     assert min(margins) >= 0 and max(margins) > 0, margins
+
+
+def test_every_trained_lesson_has_the_heuristics_wording(built) -> None:
+    """The What is taught one wording, the one the heuristic's records use online (a lesson naming the
+    action is what memory guidance and the agent's prompt act on)."""
+    _, data, _ = built
+    failures = [parse("reflect", text(row["completion"])).failure for row in rows(data, "reflect_sft")]
+    failures = [f for f in failures if f is not None]
+    assert failures
+    assert all(f.lesson == avoid_lesson(f.action) for f in failures), [f.lesson for f in failures][:3]
 
 
 # --- splits --------------------------------------------------------------------------------------------
