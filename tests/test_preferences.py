@@ -221,8 +221,8 @@ def test_reflect_chosen_retries_at_least_as_well(built) -> None:
 
 
 def test_every_trained_lesson_has_the_heuristics_wording(built) -> None:
-    """The What is taught one wording, the one the heuristic's records use online (a lesson naming the
-    action is what memory guidance and the agent's prompt act on)."""
+    """The What is taught one wording, the one the heuristic's records use online (the agent's prompt
+    shows the lesson; memory guidance acts on the record's action)."""
     _, data, _ = built
     failures = [parse("reflect", text(row["completion"])).failure for row in rows(data, "reflect_sft")]
     failures = [f for f in failures if f is not None]
