@@ -25,10 +25,8 @@ from rir_runtime.decisions import (
     ANSWER_OPENING,
     Decision,
     DecisionKind,
-    Failure,
     Reflection,
     Review,
-    avoid_lesson,
     dump,
     parse,
 )
@@ -36,7 +34,7 @@ from rir_runtime.errors import ParseError, RIRError, UnknownNameError, UserInput
 from rir_runtime.llm.base import Backend
 from rir_runtime.prompts import DecisionContext, content_tokens, ending, fit_decision
 from rir_runtime.signals import ERROR_OBSERVATION
-from rir_runtime.structured import fill_reflection
+from rir_runtime.structured import failure_record, fill_reflection
 
 # A model controller's prompt budget when nothing says otherwise (a tuned adapter's card does).
 DEFAULT_PROMPT_TOKENS = 2048
@@ -138,20 +136,12 @@ def reflection_for(ctx: DecisionContext, r: int) -> Reflection:
         return Reflection()
     if r >= len(h):  # k = 0: nothing is abandoned; reflect on the most suspect step so far
         r = min(suspect_step(ctx), len(h) - 1)
-    culprit = h[r]
-    before = h[r - 1].observation if r > 0 else "at the start"
     knowledge = tuple(
         dict.fromkeys(f"'{s.action}' does nothing useful" for s in h[r:] if ERROR_OBSERVATION.search(s.observation))
     )
     gains = [s for i, s in enumerate(h[r:], start=r) if s.score > (h[i - 1].score if i > 0 else 0)]
     milestones = tuple(f"score {s.score:g} after '{s.action}'" for s in gains[-3:])
-    outcome = h[-1].observation if h[-1].lost else f"the attempt failed later ({h[-1].observation[:120]})"
-    failure = Failure(
-        condition=f"after seeing: {before[:120]}",
-        action=culprit.action,
-        outcome=outcome[:200],
-        lesson=avoid_lesson(culprit.action),
-    )
+    failure = failure_record(h, r)
     return Reflection(knowledge[:3], milestones, failure)
 
 

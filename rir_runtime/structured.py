@@ -6,22 +6,29 @@ and brackets, in the order of the training targets (`decisions.dump`), and the m
 the values:
 
 - the two lists are generated up to their closing `]` and kept if they read as JSON strings;
-- the failure's condition, outcome and lesson are generated up to their closing quote;
 - the failure's action is ranked among the actions of the abandoned branch (the steps from the
-  restore point on), so the record always blames a step that really happened.
+  restore point on), so the record always blames a step that really happened;
+- the rest of the failure record is written from the trajectory around the blamed step
+  (`failure_record`), as the training targets write it: the condition is what was seen before it,
+  the outcome how the branch ended, the lesson `avoid_lesson`. Memory guidance matches a record by
+  its condition when the agent stands there again, so a paraphrased condition ("after 2: 50", as a
+  270M adapter wrote) turns the guidance off; and the training data's lesson is a fixed function
+  of the blamed action, which a small model reproduced in fewer than half of its reflections.
 
 It needs a backend that can continue a begun assistant message and score continuations (the
 local transformers backends, tuned adapters included). The reply counts as one model call against
 B_agent, like any other constrained decode (a server with guided decoding would make it one
-request); its six decoding passes are in `meta["passes"]` and all their tokens are counted.
+request); its three decoding passes are in `meta["passes"]` and all their tokens are counted.
 """
 
 from __future__ import annotations
 
 import json
 from contextlib import nullcontext
+from dataclasses import asdict
 
-from rir_runtime.decisions import Decision, Failure, Reflection
+from rir_runtime.decisions import Decision, Failure, Reflection, avoid_lesson
+from rir_runtime.envs.checkpoints import Step
 from rir_runtime.llm.base import Backend
 from rir_runtime.prompts import DecisionContext, Messages, content_tokens
 
@@ -33,6 +40,23 @@ def abandoned_actions(ctx: DecisionContext) -> list[str]:
     abandoned) all of them, in order, without repeats."""
     steps = ctx.history[ctx.restore_point or 0 :] or ctx.history
     return list(dict.fromkeys(s.action for s in steps))
+
+
+def failure_record(history: tuple[Step, ...], blamed: int) -> Failure:
+    """The failure record that blames step `blamed`, written from the trajectory alone: the
+    heuristic's What, the hindsight labels and the structured model What share it."""
+    before = history[blamed - 1].observation if blamed > 0 else "at the start"
+    last = history[-1]
+    outcome = last.observation if last.lost else f"the attempt failed later ({last.observation[:120]})"
+    action = history[blamed].action
+    return Failure(f"after seeing: {before[:120]}", action, outcome[:200], avoid_lesson(action))
+
+
+def blamed_step(ctx: DecisionContext, action: str) -> int:
+    """The step a ranked action names: its first occurrence in the abandoned branch, else anywhere."""
+    start = ctx.restore_point or 0
+    steps = [s for s in ctx.history if s.action == action]
+    return next((s.index for s in steps if s.index >= start), steps[0].index)
 
 
 def _as_strings(text: str) -> list[str]:
@@ -89,14 +113,13 @@ def _fill(backend: Backend, messages: Messages, ctx: DecisionContext) -> Decisio
     actions = abandoned_actions(ctx)
     failure = None
     if actions:
-        values: dict[str, str] = {}
-        form.write(', "failure": {')
-        for i, key in enumerate(("condition", "action", "outcome", "lesson")):
-            form.write(f'{", " if i else ""}"{key}": "')
-            values[key] = form.rank(actions, '"') if key == "action" else form.generate('"').strip()
-            form.write(json.dumps(values[key])[1:])
-        form.write("}")
-        failure = Failure(**values)
+        lists_text = form.text
+        # The model writes a condition and ranks the blamed action after it, as its training targets
+        # read; the record kept is then the trajectory's (`failure_record`), written over both.
+        form.write(', "failure": {"condition": "')
+        form.write(json.dumps(form.generate('"').strip())[1:] + ', "action": "')
+        failure = failure_record(ctx.history, blamed_step(ctx, form.rank(actions, '"')))
+        form.text = lists_text + ', "failure": ' + json.dumps(asdict(failure), ensure_ascii=False)
     else:
         form.write(', "failure": null')
     form.write("}")

@@ -164,9 +164,9 @@ def test_a_structured_reflection_reuses_its_prompt_cache_and_writes_the_same_rep
     recomputed = _fill(tiny, PROMPTS[1], ctx)  # no reusing_prefix block: every pass from scratch
     before = tiny.reused_tokens
     reused = fill_reflection(tiny, PROMPTS[1], ctx)
-    assert reused.raw == recomputed.raw and reused.meta["passes"] == recomputed.meta["passes"] == 6
+    assert reused.raw == recomputed.raw and reused.meta["passes"] == recomputed.meta["passes"] == 4
     prompt = len(tiny._encode(PROMPTS[1]))
-    assert tiny.reused_tokens - before >= 5 * prompt  # passes 2-6 each skipped at least the prompt
+    assert tiny.reused_tokens - before >= 3 * prompt  # passes 2-4 each skipped at least the prompt
     assert tiny._reuse.kept is None  # nothing outlives the block
     with tiny.reusing_prefix():  # an unrelated prompt shares no prefix: computed whole, same answer
         other = tiny.generate([PROMPTS[0]], max_new_tokens=8)[0]

@@ -15,8 +15,9 @@ from rir_runtime.controllers import (
     PromptedController,
     SignalGatedController,
     make_controller,
+    reflection_for,
 )
-from rir_runtime.decisions import Decision, Failure, Reflection, Review
+from rir_runtime.decisions import Decision, Failure, Reflection, Review, avoid_lesson
 from rir_runtime.envs import TaskSpec
 from rir_runtime.envs.builtin import WorkshopEnv
 from rir_runtime.envs.checkpoints import Step
@@ -614,36 +615,39 @@ def test_structured_reflection_always_parses_and_blames_an_abandoned_step() -> N
         score=0.0,
         restore_point=1,
     )
-    # a junk list, a list with a quote in an item, then free text for condition / outcome / lesson
+    # a junk list, a list with a quote in an item, then a paraphrased condition (the ranking's context)
     backend = SlotBackend(
         [
             "<reusable facts>]",
             '"score 25 after \'go to outside\'", "a \\"quoted\\" one"] tail',
-            'outside with a bee and a tortoise" trailing',
-            'the task was lost"',
-            "focus on the tortoise instead",
+            'after 2: 50" trailing',
         ],
         prefer="bee",
     )
     decision = fill_reflection(backend, [{"role": "user", "content": "reflect"}], ctx)
     reflection = decision.value
-    assert parse("reflect", decision.raw) == reflection  # the text the model was shown parses back
+    assert parse("reflect", decision.raw) == reflection  # the text kept parses back
     assert json.loads(decision.raw) == reflection.to_json()
     assert reflection.env_knowledge == () and reflection.milestones == (
         "score 25 after 'go to outside'",
         'a "quoted" one',
     )
+    # the model chose the blamed action; the record around it is the trajectory's, not its paraphrase
     assert reflection.failure == Failure(
-        "outside with a bee and a tortoise", "focus on bee", "the task was lost", "focus on the tortoise instead"
+        "after seeing: You move.", "focus on bee", "the attempt failed later (Nothing.)", avoid_lesson("focus on bee")
     )
-    assert decision.model_calls == 1 and decision.meta["passes"] == 6 and decision.parse_failures == 0
-    assert backend.prompts[-1][-1] == {
-        "role": "assistant",
-        "content": decision.raw[: decision.raw.index('"lesson": "') + 11],
-    }
-    # the step before the restore point is not abandoned, so it cannot be blamed
-    other = fill_reflection(SlotBackend(["]", "]", 'x"', 'y"', 'z"'], prefer="outside"), [], ctx).value
-    assert other.failure is not None and other.failure.action in ("focus on bee", "look around")
+    assert reflection.failure == reflection_for(ctx, 1).failure  # the heuristic's record of the same step
+    assert decision.model_calls == 1 and decision.meta["passes"] == 4 and decision.parse_failures == 0
+    assert backend.prompts[-1][-1]["content"].endswith('"failure": {"condition": "')
+    # the step before the restore point is not abandoned, so it cannot be blamed; a later step's
+    # record is conditioned on what was seen before it
+    other = fill_reflection(SlotBackend(["]", "]", 'x"'], prefer="look"), [], ctx).value
+    assert other.failure == Failure(
+        "after seeing: You focus on the bee.",
+        "look around",
+        "the attempt failed later (Nothing.)",
+        avoid_lesson("look around"),
+    )
 
 
 def test_an_ending_below_the_maximum_score_is_a_failure_the_terminal_review_sees() -> None:
