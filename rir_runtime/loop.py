@@ -266,12 +266,12 @@ class EpisodeRunner:
         ctx = self._context(ep, trigger)
         if trigger == "terminal":
             signal = failure_signal(ctx)
-            verdict, raw = Review("recover", signal.text if signal else ENDED_WITHOUT_WIN), ""
+            verdict, raw, margin = Review("recover", signal.text if signal else ENDED_WITHOUT_WIN), "", None
         else:
             decision = self._decide(ep, self.controller.review, ctx)
             if decision is None:
                 return False
-            verdict, raw = decision.value, decision.raw
+            verdict, raw, margin = decision.value, decision.raw, decision.meta.get("margin")
         ep.log(
             ReviewEvent(
                 ep.t,
@@ -279,6 +279,7 @@ class EpisodeRunner:
                 decision=verdict.decision,
                 reason=verdict.reason,
                 raw=raw or dump("review", verdict),
+                margin=margin,
             )
         )
         recovered = False

@@ -323,6 +323,30 @@ def test_a_gated_controller_asks_its_model_only_when_the_branch_shows_a_failure_
         make_controller("gated:heuristic")
 
 
+class FixedMargin:
+    """Ranks "recover" at a fixed log-odds against "continue": a narrow stand-in for a model."""
+
+    supports_scoring = True
+
+    def __init__(self, margin: float) -> None:
+        self.margin = margin
+
+    def score(self, prompt, continuations):
+        return [self.margin if "recover" in c else 0.0 for c in continuations]
+
+
+def test_a_ranked_reviews_margin_is_kept_in_the_trace_and_a_rules_is_not() -> None:
+    """The margin lets a threshold be refitted on the agent's own online reviews."""
+    task = TASKS[0]
+    ranked = run(
+        "rir", task, PromptedController(FixedMargin(-3.0), "prompted:fake"), Budgets(agent=60, rollback=3), 0.0
+    )
+    scheduled = [e for e in events(ranked, "review") if e.trigger == "schedule"]
+    assert scheduled and all(e.margin == -3.0 and not e.recover for e in scheduled)
+    ruled = run("rir", task, HeuristicController(), Budgets(agent=60, rollback=3), 0.15)
+    assert events(ruled, "review") and all(e.margin is None for e in events(ruled, "review"))
+
+
 def test_a_residual_controller_leaves_signalled_reviews_to_the_rule_and_asks_its_model_on_quiet_ones() -> None:
     replies = ['{"decision": "recover", "reason": "a silent mistake"}']
     backend = ScriptedBackend(replies)

@@ -139,6 +139,9 @@ class ReviewEvent(Event):
     decision: str
     reason: str
     raw: str = ""
+    # A ranked review's log p(recover) - log p(continue), kept so that a threshold can be refitted on
+    # the agent's own online reviews; None where no model ranked (rules, free text, the terminal review).
+    margin: float | None = None
     type: ClassVar[str] = "review"
 
     @property
