@@ -2,12 +2,13 @@
 
 Free generation of the reflection JSON fails on small models: they copy the prompt's
 `[<reusable facts>]` placeholder or break the object's structure. Here the runtime writes the keys
-and brackets, in the order of the training targets (`decisions.dump`), and the model writes only
-the values:
+and brackets, in the order of the training targets (`decisions.dump`), and the model decides only
+what the targets leave open:
 
 - the two lists are generated up to their closing `]` and kept if they read as JSON strings;
 - the failure's action is ranked among the actions of the abandoned branch (the steps from the
-  restore point on), so the record always blames a step that really happened;
+  restore point on), after a condition the model writes as the targets order it, so the record
+  always blames a step that really happened;
 - the rest of the failure record is written from the trajectory around the blamed step
   (`failure_record`), as the training targets write it: the condition is what was seen before it,
   the outcome how the branch ended, the lesson `avoid_lesson`. Memory guidance matches a record by
@@ -18,7 +19,7 @@ the values:
 It needs a backend that can continue a begun assistant message and score continuations (the
 local transformers backends, tuned adapters included). The reply counts as one model call against
 B_agent, like any other constrained decode (a server with guided decoding would make it one
-request); its three decoding passes are in `meta["passes"]` and all their tokens are counted.
+request); its four decoding passes are in `meta["passes"]` and all their tokens are counted.
 """
 
 from __future__ import annotations
