@@ -21,15 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from rir_runtime.decisions import (
-    ANSWER_OPENING,
-    Decision,
-    DecisionKind,
-    Reflection,
-    Review,
-    dump,
-    parse,
-)
+from rir_runtime.decisions import ANSWER_OPENING, Decision, DecisionKind, Reflection, Review, dump, parse
 from rir_runtime.errors import ParseError, RIRError, UnknownNameError, UserInputError
 from rir_runtime.llm.base import Backend
 from rir_runtime.prompts import DecisionContext, content_tokens, ending, fit_decision

@@ -323,24 +323,12 @@ def test_a_gated_controller_asks_its_model_only_when_the_branch_shows_a_failure_
         make_controller("gated:heuristic")
 
 
-class FixedMargin:
-    """Ranks "recover" at a fixed log-odds against "continue": a narrow stand-in for a model."""
-
-    supports_scoring = True
-
-    def __init__(self, margin: float) -> None:
-        self.margin = margin
-
-    def score(self, prompt, continuations):
-        return [self.margin if "recover" in c else 0.0 for c in continuations]
-
-
 def test_a_ranked_reviews_margin_is_kept_in_the_trace_and_a_rules_is_not() -> None:
     """The margin lets a threshold be refitted on the agent's own online reviews."""
+    from tests.test_controller_quality import Margin
+
     task = TASKS[0]
-    ranked = run(
-        "rir", task, PromptedController(FixedMargin(-3.0), "prompted:fake"), Budgets(agent=60, rollback=3), 0.0
-    )
+    ranked = run("rir", task, PromptedController(Margin(-3.0), "prompted:fake"), Budgets(agent=60, rollback=3), 0.0)
     scheduled = [e for e in events(ranked, "review") if e.trigger == "schedule"]
     assert scheduled and all(e.margin == -3.0 and not e.recover for e in scheduled)
     ruled = run("rir", task, HeuristicController(), Budgets(agent=60, rollback=3), 0.15)
@@ -662,7 +650,13 @@ def test_structured_reflection_always_parses_and_blames_an_abandoned_step() -> N
     )
     assert reflection.failure == reflection_for(ctx, 1).failure  # the heuristic's record of the same step
     assert decision.model_calls == 1 and decision.meta["passes"] == 4 and decision.parse_failures == 0
-    assert backend.prompts[-1][-1]["content"].endswith('"failure": {"condition": "')
+    assert (
+        backend.prompts[-1][-1]
+        == {  # the last generated slot: the condition, after the kept lists
+            "role": "assistant",
+            "content": decision.raw[: decision.raw.index('"condition": "') + 14],
+        }
+    )
     # the step before the restore point is not abandoned, so it cannot be blamed; a later step's
     # record is conditioned on what was seen before it
     other = fill_reflection(SlotBackend(["]", "]", 'x"'], prefer="look"), [], ctx).value
