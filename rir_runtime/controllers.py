@@ -26,7 +26,7 @@ from rir_runtime.errors import ParseError, RIRError, UnknownNameError, UserInput
 from rir_runtime.llm.base import Backend
 from rir_runtime.prompts import DecisionContext, content_tokens, ending, fit_decision
 from rir_runtime.signals import ERROR_OBSERVATION
-from rir_runtime.structured import failure_record, fill_reflection
+from rir_runtime.structured import failure_record, fill_reflection, grounded
 
 # A model controller's prompt budget when nothing says otherwise (a tuned adapter's card does).
 DEFAULT_PROMPT_TOKENS = 2048
@@ -308,6 +308,8 @@ class PromptedController:
             raw = completion.text
             try:
                 value = parse(kind, raw)
+                if kind == "reflect":  # the record kept is the trajectory's, as on the ranked path
+                    value = grounded(value, ctx)
                 return Decision(kind, value, raw, failures, calls, p_tok, c_tok)
             except ParseError as err:
                 failures += 1

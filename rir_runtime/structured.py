@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from rir_runtime.decisions import Decision, Failure, Reflection, avoid_lesson
 from rir_runtime.envs.checkpoints import Step
@@ -58,6 +58,16 @@ def blamed_step(ctx: DecisionContext, action: str) -> int:
     start = ctx.restore_point or 0
     steps = [s for s in ctx.history if s.action == action]
     return next((s.index for s in steps if s.index >= start), steps[0].index)
+
+
+def grounded(reflection: Reflection, ctx: DecisionContext) -> Reflection:
+    """A parsed free-text reflection with its failure record rewritten from the trajectory, as the
+    structured What writes it, when the action it blames was taken; a record that blames an action
+    the branch never took is kept as the model wrote it (it may paraphrase a real one)."""
+    failure = reflection.failure
+    if failure is None or not any(s.action == failure.action for s in ctx.history):
+        return reflection
+    return replace(reflection, failure=failure_record(ctx.history, blamed_step(ctx, failure.action)))
 
 
 def _as_strings(text: str) -> list[str]:

@@ -668,6 +668,26 @@ def test_structured_reflection_always_parses_and_blames_an_abandoned_step() -> N
     )
 
 
+def test_a_free_text_reflection_keeps_the_trajectorys_record_of_the_action_it_blames() -> None:
+    """Without scoring (a remote server) the What is generated whole; its paraphrased condition
+    would turn memory guidance off, so the record is rewritten around the blamed step."""
+    import json
+
+    steps = (Step(0, "go to outside", "You move.", 25.0), Step(1, "focus on bee", "You focus on the bee.", 0.0))
+    ctx = DecisionContext("t", "goal", "", steps, "You focus on the bee.", 0.0, restore_point=1)
+
+    def reply(action: str) -> str:
+        failure = {"condition": "after 2: 50", "action": action, "outcome": "bad", "lesson": "hm"}
+        return json.dumps({"env_knowledge": ["bees fly"], "milestones": [], "failure": failure})
+
+    decision = PromptedController(ScriptedBackend([reply("focus on bee")]), "prompted:fake").reflect(ctx)
+    assert decision.value.env_knowledge == ("bees fly",) and decision.raw == reply("focus on bee")
+    assert decision.value.failure == reflection_for(ctx, 1).failure  # the heuristic's record of that step
+    # an action the branch never took cannot be grounded: the model's record is kept as written
+    kept = PromptedController(ScriptedBackend([reply("focus on ant")]), "prompted:fake").reflect(ctx).value
+    assert kept.failure == Failure("after 2: 50", "focus on ant", "bad", "hm")
+
+
 def test_an_ending_below_the_maximum_score_is_a_failure_the_terminal_review_sees() -> None:
     """A ScienceWorld episode can end 'completed' at score 83 after a wrong final action: not lost,
     no score drop. The heuristic must still see a failure, and a model-backed controller's prompt
