@@ -94,7 +94,8 @@ class Stages:
     A stage's key hashes its settings and the keys of the stages it reads. A done stage with the same
     key is skipped; an unfinished one (killed) is run again in place, because every stage function
     resumes from what its folder holds; a stage whose settings or inputs changed is cleared first (so
-    nothing stale is mixed in), after saying what changed.
+    nothing stale is mixed in), after saying what changed. A folder with files but no readable record
+    is refused, not cleared: nothing says a stage made them.
     """
 
     def __init__(self, root: Path, label: str = "pipeline") -> None:
@@ -133,15 +134,16 @@ class Stages:
     def _clear(self, folder: Path, old: StageRecord | None, new: StageRecord) -> None:
         """Remove a folder whose contents other settings made, saying which (or why it cannot tell)."""
         name = folder.name
-        if not folder.exists() or not any(folder.iterdir()):
+        if not folder.exists() or not {p.name for p in folder.iterdir()} - {f"{Path(MARKER).stem}.tmp"}:
             self._say(f"{name}: running")
             return
-        if old is None:
-            why = (
-                f"{folder} has no readable {MARKER}, so nothing says which settings made its files "
-                "(a run of an older version killed midway, or files put there by hand)"
+        if old is None:  # files no stage of ours is known to have made: never delete them
+            raise UserInputError(
+                f"{folder} holds files but no readable {MARKER}, so nothing says which settings made them "
+                "(files put there by hand, or a run of an older version): move them elsewhere or delete "
+                "the folder, then run again"
             )
-        elif old.settings is None:
+        if old.settings is None:
             why = f"its {MARKER} comes from an older version, which recorded no settings to compare"
         else:
             lines = changes(old.settings, new.settings)

@@ -89,12 +89,19 @@ def test_a_done_stage_with_the_same_settings_is_not_called(tmp_path: Path, capsy
     assert "[pipeline] eval-builtin: cached" in capsys.readouterr().err
 
 
-def test_a_folder_without_stage_json_is_cleared_with_the_reason(tmp_path: Path, capsys) -> None:
+def test_a_folder_without_stage_json_is_refused_not_cleared(tmp_path: Path) -> None:
+    from rir_runtime.errors import UserInputError
+
     (tmp_path / "sft").mkdir()
     (tmp_path / "sft" / "adapter_model.safetensors").write_text("whose?")
-    Stages(tmp_path).run("sft", {"sft_max_steps": 16}, lambda d: None)
-    assert not (tmp_path / "sft" / "adapter_model.safetensors").exists()
-    assert "has no readable stage.json, so nothing says which settings made its files" in capsys.readouterr().err
+    calls = []
+    with pytest.raises(UserInputError, match="holds files but no readable stage.json.*move them elsewhere"):
+        Stages(tmp_path).run("sft", {"sft_max_steps": 16}, lambda d: calls.append(d))
+    assert (tmp_path / "sft" / "adapter_model.safetensors").read_text() == "whose?" and calls == []
+    (tmp_path / "sft" / "adapter_model.safetensors").unlink()
+    (tmp_path / "sft" / "stage.tmp").write_text("{")  # a kill while the record was first written
+    Stages(tmp_path).run("sft", {"sft_max_steps": 16}, lambda d: calls.append(d))
+    assert len(calls) == 1
 
 
 def test_a_marker_of_the_previous_version_counts_as_done(tmp_path: Path, capsys) -> None:
