@@ -54,10 +54,13 @@ def failure_record(history: tuple[Step, ...], blamed: int) -> Failure:
 
 
 def blamed_step(ctx: DecisionContext, action: str) -> int:
-    """The step a ranked action names: its first occurrence in the abandoned branch, else anywhere."""
+    """The step a ranked action names: its first occurrence in the abandoned branch. A stay abandons
+    nothing, so there it is the action's latest occurrence, the repeat nearest the failure: the
+    condition is then what the agent sees when it is about to repeat it, as the heuristic's record of
+    a loop reads, and memory guidance can recognise that moment."""
     start = ctx.restore_point or 0
-    steps = [s for s in ctx.history if s.action == action]
-    return next((s.index for s in steps if s.index >= start), steps[0].index)
+    steps = [s.index for s in ctx.history if s.action == action]
+    return next((i for i in steps if i >= start), steps[-1])
 
 
 def grounded(reflection: Reflection, ctx: DecisionContext) -> Reflection:

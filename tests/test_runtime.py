@@ -668,6 +668,22 @@ def test_structured_reflection_always_parses_and_blames_an_abandoned_step() -> N
     )
 
 
+def test_after_a_stay_the_blamed_action_is_its_latest_repeat_as_the_heuristic_blames_a_loop() -> None:
+    """A stay abandons nothing. Blaming a loop's first step would condition the record on "at the
+    start", which memory guidance never sees again; its latest repeat is what the agent is about to do."""
+    from rir_runtime.structured import fill_reflection
+
+    book = "You open the cookbook."
+    steps = tuple(Step(i, "examine cookbook", book, 0.0) for i in range(4))
+    ctx = DecisionContext("t", "goal", "", steps, book, 0.0, admissible=tuple(range(5)), restore_point=4)
+    ranked = fill_reflection(SlotBackend(["]", "]", 'x"'], prefer="cookbook"), [], ctx).value
+    assert ranked.failure == reflection_for(ctx, 4).failure
+    assert ranked.failure.condition == f"after seeing: {book}"
+    reply = '{"env_knowledge": [], "milestones": [], "failure": {"condition": "c", "action": "examine cookbook"}}'
+    free = PromptedController(ScriptedBackend([reply]), "prompted:fake").reflect(ctx).value
+    assert free.failure == ranked.failure
+
+
 def test_a_free_text_reflection_keeps_the_trajectorys_record_of_the_action_it_blames() -> None:
     """Without scoring (a remote server) the What is generated whole; its paraphrased condition
     would turn memory guidance off, so the record is rewritten around the blamed step."""
