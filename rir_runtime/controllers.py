@@ -283,11 +283,13 @@ class PromptedController:
         self.review_threshold = review_threshold
 
     def _ask(self, kind: DecisionKind, ctx: DecisionContext) -> Decision:
+        options = candidates(kind, ctx) if kind != "reflect" else []
+        if len(options) == 1:  # one checkpoint or segment to choose: no call spends the agent's budget on it
+            return Decision(kind, options[0][1], options[0][0], meta={"only_answer": True})
         messages = fit_decision(kind, ctx, self.max_prompt_tokens)
         if self.rank and kind == "reflect":
             return fill_reflection(self.backend, messages, ctx)
         if self.rank:
-            options = candidates(kind, ctx)
             if options:
                 scores = self.backend.score(messages, [text for text, _ in options])
                 prompt_tokens = content_tokens(messages)

@@ -491,7 +491,12 @@ class RankingBackend:
 
 
 def test_ranked_decisions_choose_within_the_closed_set() -> None:
-    backend = RankingBackend('"recover"')
+    class RecoverToTheMiddle(RankingBackend):  # the middle segment holds several checkpoints to rank
+        def score(self, prompt, continuations):
+            self.scored.append(continuations)
+            return [1.0 if '"recover"' in c or '"segment": 1}' in c else 0.0 for c in continuations]
+
+    backend = RecoverToTheMiddle("")
     ctrl = PromptedController(backend, "prompted:rank")
     task, err = silent_error_tasks()[0]
     r = run("rir", task, ctrl, Budgets(agent=60, rollback=1))
@@ -499,6 +504,26 @@ def test_ranked_decisions_choose_within_the_closed_set() -> None:
     assert ['{"decision": "continue"', '{"decision": "recover"'] in backend.scored
     fine = [c for c in backend.scored if c[0].startswith('{"step"')]
     assert fine and all(c.startswith('{"step": ') for c in fine[0])
+
+
+def test_a_locate_with_one_candidate_spends_no_model_call() -> None:
+    """B_agent pays for the controller's calls; a choice between one segment or checkpoint is no choice."""
+    from rir_runtime.prompts import DecisionContext
+
+    steps = tuple(Step(i, "examine cookbook", "You read the recipe.", 0.0) for i in range(4))
+    ctx = DecisionContext("t", "Cook.", "", steps, "You read the recipe.", 0.0, admissible=tuple(range(5)))
+    backend = RankingBackend("{")
+    ctrl = PromptedController(backend, "prompted:rank")
+    one = ctrl.locate_coarse(replace(ctx, segments=((0, 5),)))
+    assert (one.value, one.model_calls, one.meta) == (0, 0, {"only_answer": True}) and backend.scored == []
+    last = ctrl.locate_fine(replace(ctx, segment=(4, 5)))
+    assert (last.value, last.model_calls) == (4, 0) and backend.scored == []
+    two = ctrl.locate_coarse(replace(ctx, segments=((0, 3), (3, 5))))
+    assert two.model_calls == 1 and len(backend.scored) == 1
+    # without scoring the same holds: the one answer is not generated and parsed
+    free_text = PromptedController(ScriptedBackend(["junk"]), "prompted:free")
+    free = free_text.locate_coarse(replace(ctx, segments=((0, 5),)))
+    assert (free.value, free.model_calls, free.parse_failures) == (0, 0, 0)
 
 
 def test_heuristic_recovers_an_agent_stuck_in_a_loop_before_the_silent_mistake() -> None:
