@@ -289,17 +289,16 @@ class PromptedController:
         messages = fit_decision(kind, ctx, self.max_prompt_tokens)
         if self.rank and kind == "reflect":
             return fill_reflection(self.backend, messages, ctx)
-        if self.rank:
-            if options:
-                scores = self.backend.score(messages, [text for text, _ in options])
-                prompt_tokens = content_tokens(messages)
-                if kind == "review":  # options are (continue, recover): compare the margin to the threshold
-                    margin = scores[1] - scores[0]
-                    best = 1 if margin > self.review_threshold else 0
-                    meta = {"ranked": True, "margin": margin, "threshold": self.review_threshold}
-                    return Decision(kind, options[best][1], options[best][0], 0, 1, prompt_tokens, 0, meta)
-                best = max(range(len(options)), key=lambda i: scores[i])
-                return Decision(kind, options[best][1], options[best][0], 0, 1, prompt_tokens, 0, {"ranked": True})
+        if self.rank and options:
+            scores = self.backend.score(messages, [text for text, _ in options])
+            prompt_tokens = content_tokens(messages)
+            if kind == "review":  # options are (continue, recover): compare the margin to the threshold
+                margin = scores[1] - scores[0]
+                best = 1 if margin > self.review_threshold else 0
+                meta = {"ranked": True, "margin": margin, "threshold": self.review_threshold}
+                return Decision(kind, options[best][1], options[best][0], 0, 1, prompt_tokens, 0, meta)
+            best = max(range(len(options)), key=lambda i: scores[i])
+            return Decision(kind, options[best][1], options[best][0], 0, 1, prompt_tokens, 0, {"ranked": True})
         calls = failures = p_tok = c_tok = 0
         raw = ""
         for _attempt in range(2):

@@ -134,7 +134,7 @@ class Stages:
     def _clear(self, folder: Path, old: StageRecord | None, new: StageRecord) -> None:
         """Remove a folder whose contents other settings made, saying which (or why it cannot tell)."""
         name = folder.name
-        if not folder.exists() or not {p.name for p in folder.iterdir()} - {f"{Path(MARKER).stem}.tmp"}:
+        if not folder.exists() or not {p.name for p in folder.iterdir()} - {Path(MARKER).with_suffix(".tmp").name}:
             self._say(f"{name}: running")
             return
         if old is None:  # files no stage of ours is known to have made: never delete them

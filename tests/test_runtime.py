@@ -479,24 +479,19 @@ class RankingBackend:
 
     supports_scoring = True
 
-    def __init__(self, prefer: str) -> None:
+    def __init__(self, *prefer: str) -> None:
         self.prefer, self.scored = prefer, []
 
     def score(self, prompt, continuations):
         self.scored.append(continuations)
-        return [1.0 if self.prefer in c else 0.0 for c in continuations]
+        return [1.0 if any(p in c for p in self.prefer) else 0.0 for c in continuations]
 
     def generate(self, prompts, **kwargs):
         return [FakeCompletion('{"env_knowledge": [], "milestones": [], "failure": null}') for _ in prompts]
 
 
 def test_ranked_decisions_choose_within_the_closed_set() -> None:
-    class RecoverToTheMiddle(RankingBackend):  # the middle segment holds several checkpoints to rank
-        def score(self, prompt, continuations):
-            self.scored.append(continuations)
-            return [1.0 if '"recover"' in c or '"segment": 1}' in c else 0.0 for c in continuations]
-
-    backend = RecoverToTheMiddle("")
+    backend = RankingBackend('"recover"', '"segment": 1}')  # the middle segment holds several checkpoints
     ctrl = PromptedController(backend, "prompted:rank")
     task, err = silent_error_tasks()[0]
     r = run("rir", task, ctrl, Budgets(agent=60, rollback=1))
