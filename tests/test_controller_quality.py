@@ -109,6 +109,31 @@ def test_decision_shares_resample_each_decision_to_its_share_of_the_rows() -> No
     assert alone.decision_shares is None  # one decision takes every row, so `--decision_types review` still works
 
 
+def test_balancing_by_source_gives_a_small_rollout_folder_its_share_of_each_class() -> None:
+    """30 "recover" rows from the workshop and 3 from the agent's own rollouts: balanced by label
+    alone the agent's rows keep their 1-in-11 share of the class; by source they get half of it."""
+    from collections import Counter
+
+    from datasets import Dataset
+
+    from train.data import balance_labels
+
+    def row(i: int, label: str, source: str) -> dict:
+        return {"x": i, "meta": {"decision": "review", "label": label, "source_run": source}}
+
+    rows = [row(i, "recover", "runs/p/rollout-builtin") for i in range(30)]
+    rows += [row(30 + i, "recover", "runs/p/rollout-agent") for i in range(3)]
+    rows += [row(33 + i, "continue", "runs/p/rollout-builtin") for i in range(67)]
+    plain = balance_labels(Dataset.from_list(rows), seed=0, what="review_sft")
+    by_source = balance_labels(Dataset.from_list(rows), seed=0, what="review_sft", by_source=True)
+    for out in (plain, by_source):
+        assert len(out) == 100 and Counter(m["label"] for m in out["meta"]) == {"recover": 50, "continue": 50}
+    pairs = zip(by_source["x"], by_source["meta"], strict=True)
+    agent_rows = [x for x, m in pairs if m["source_run"].endswith("rollout-agent")]
+    assert len(agent_rows) == 25 and set(agent_rows) == {30, 31, 32}  # half the class: its 3 rows repeated
+    assert sum(m["source_run"].endswith("rollout-agent") for m in plain["meta"]) < 10
+
+
 def test_restore_point_rows_are_balanced_between_staying_and_stepping_back() -> None:
     """One stay row in ten (the restore label is the current checkpoint, `meta.step`) becomes one in
     two, for the coarse and the fine rows alike."""

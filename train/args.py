@@ -80,6 +80,13 @@ class TrainScriptArguments:
             "checkpoint are as frequent as those that step back"
         },
     )
+    balance_sources: bool = field(
+        default=False,
+        metadata={
+            "help": "with balance_review / balance_locate: within each answer class, give every rollout folder "
+            "(meta.source_run) an equal share, so a small folder (the agent's own rollouts) is not drowned"
+        },
+    )
 
     def __post_init__(self) -> None:
         items = [self.decision_types] if isinstance(self.decision_types, str) else self.decision_types

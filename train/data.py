@@ -123,7 +123,7 @@ def load_datasets(
                 script_args.balance_locate and name.startswith("locate_")
             )
             if balance and split == script_args.train_split:
-                ds = balance_labels(ds, seed, name)
+                ds = balance_labels(ds, seed, name, by_source=script_args.balance_sources)
             parts[split].append(ds.select_columns(list(COLUMNS[kind])))
     if script_args.decision_shares is not None and len(folders) > 1:  # one dataset folder: nothing to mix
         parts[script_args.train_split] = mix_to_shares(
@@ -168,34 +168,47 @@ def answer_class(meta: dict[str, Any]) -> str | None:
     return "stay" if int(restore) == int(meta["step"]) else "step back"
 
 
-def balance_labels(ds: Any, seed: int, what: str) -> Any:
+def balance_labels(ds: Any, seed: int, what: str, by_source: bool = False) -> Any:
     """The rows resampled (with a fixed seed) so that every answer class (`answer_class`) is equally
     frequent and the row count stays the same: the rarer class is repeated, the commoner thinned. A
     review adapter trained on 156 "recover" to 27 "continue" learned to always say "recover"; a
-    Where trained on 1 stay row in 8 never stayed. Keeping the count keeps the mix of decisions."""
+    Where trained on 1 stay row in 8 never stayed. Keeping the count keeps the mix of decisions.
+
+    `by_source`: within a class, every rollout folder (`meta.source_run`) gets an equal share too.
+    In the reference data the agent's own TextWorld reviews were 15 of 499 "recover" rows, so a
+    60-step SFT would see about 2 of them; the workshop's 275 would fill the class."""
     import random
 
     if "meta" not in ds.column_names or not ds:
         return ds
     by_class: dict[str, list[int]] = {}
+    sources: list[str] = []
     for i, meta in enumerate(ds["meta"]):
         c = answer_class(meta)
         if c is None:
             return ds  # rows without labels (hand-made data, older locate rows) have nothing to balance
         by_class.setdefault(c, []).append(i)
-    if len(by_class) < 2:
+        sources.append(str(meta.get("source_run", "")))
+    if len(by_class) < 2 and not by_source:
         return ds
     rng = random.Random(seed)
     per, extra = divmod(len(ds), len(by_class))
     keep: list[int] = []
     for k, c in enumerate(sorted(by_class)):
-        rows, want = by_class[c], per + (k < extra)
-        if len(rows) >= want:
-            keep += rng.sample(rows, want)
-        else:
-            keep += rows + rng.choices(rows, k=want - len(rows))
+        groups: dict[str, list[int]] = {}
+        for i in by_class[c]:
+            groups.setdefault(sources[i] if by_source else "", []).append(i)
+        want_c = per + (k < extra)
+        share, rest = divmod(want_c, len(groups))
+        for j, rows in enumerate(groups[s] for s in sorted(groups)):
+            want = share + (j < rest)
+            if len(rows) >= want:
+                keep += rng.sample(rows, want)
+            else:
+                keep += rows + rng.choices(rows, k=want - len(rows))
     counts = {c: len(rows) for c, rows in sorted(by_class.items())}
-    logger.warning("%s: resampled %s to %d rows per answer class", what, counts, per)
+    per_source = " (and per rollout folder within a class)" if by_source else ""
+    logger.warning("%s: resampled %s to %d rows per answer class%s", what, counts, per, per_source)
     return ds.select(sorted(keep), keep_in_memory=True).flatten_indices(keep_in_memory=True)
 
 
