@@ -6,6 +6,7 @@ capped, and rows whose prompt alone fills max_length dropped.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,14 @@ def answer_class(meta: dict[str, Any]) -> str | None:
     return "stay" if int(restore) == int(meta["step"]) else "step back"
 
 
+def resample(rows: list[int], want: int, rng: random.Random) -> list[int]:
+    """`want` of `rows`: a sample without repeats when there are enough, else every row and then
+    repeats drawn at random."""
+    if len(rows) >= want:
+        return rng.sample(rows, want)
+    return rows + rng.choices(rows, k=want - len(rows))
+
+
 def balance_labels(ds: Any, seed: int, what: str, by_source: bool = False) -> Any:
     """The rows resampled (with a fixed seed) so that every answer class (`answer_class`) is equally
     frequent and the row count stays the same: the rarer class is repeated, the commoner thinned. A
@@ -175,38 +184,28 @@ def balance_labels(ds: Any, seed: int, what: str, by_source: bool = False) -> An
     Where trained on 1 stay row in 8 never stayed. Keeping the count keeps the mix of decisions.
 
     `by_source`: within a class, every rollout folder (`meta.source_run`) gets an equal share too.
-    In the reference data the agent's own TextWorld reviews were 15 of 499 "recover" rows, so a
-    60-step SFT would see about 2 of them; the workshop's 275 would fill the class."""
-    import random
-
+    With the agent's own values on its TextWorld reviews (configs/pipeline/controller_cpu_lesson.yaml)
+    they were 18 of 502 "recover" train rows, so a 60-step SFT would see about 2 of them."""
     if "meta" not in ds.column_names or not ds:
         return ds
-    by_class: dict[str, list[int]] = {}
-    sources: list[str] = []
+    by_class: dict[str, dict[str, list[int]]] = {}  # answer class -> rollout folder ("" unless by_source) -> rows
     for i, meta in enumerate(ds["meta"]):
         c = answer_class(meta)
         if c is None:
             return ds  # rows without labels (hand-made data, older locate rows) have nothing to balance
-        by_class.setdefault(c, []).append(i)
-        sources.append(str(meta.get("source_run", "")))
+        source = str(meta.get("source_run", "")) if by_source else ""
+        by_class.setdefault(c, {}).setdefault(source, []).append(i)
     if len(by_class) < 2 and not by_source:
         return ds
     rng = random.Random(seed)
     per, extra = divmod(len(ds), len(by_class))
     keep: list[int] = []
     for k, c in enumerate(sorted(by_class)):
-        groups: dict[str, list[int]] = {}
-        for i in by_class[c]:
-            groups.setdefault(sources[i] if by_source else "", []).append(i)
-        want_c = per + (k < extra)
-        share, rest = divmod(want_c, len(groups))
-        for j, rows in enumerate(groups[s] for s in sorted(groups)):
-            want = share + (j < rest)
-            if len(rows) >= want:
-                keep += rng.sample(rows, want)
-            else:
-                keep += rows + rng.choices(rows, k=want - len(rows))
-    counts = {c: len(rows) for c, rows in sorted(by_class.items())}
+        groups = by_class[c]
+        share, rest = divmod(per + (k < extra), len(groups))
+        for j, source in enumerate(sorted(groups)):
+            keep += resample(groups[source], share + (j < rest), rng)
+    counts = {c: sum(map(len, groups.values())) for c, groups in sorted(by_class.items())}
     per_source = " (and per rollout folder within a class)" if by_source else ""
     logger.warning("%s: resampled %s to %d rows per answer class%s", what, counts, per, per_source)
     return ds.select(sorted(keep), keep_in_memory=True).flatten_indices(keep_in_memory=True)
@@ -217,8 +216,6 @@ def mix_to_shares(parts: Sequence[Any], shares: Sequence[float], seed: int, name
     stays the same: the rarer decision is repeated, the commoner thinned. A short run sees only the
     head of the shuffled mix; with the data's own mix 60 steps of 4 rows held ~88 review rows, and
     the When stayed below the step-index reference, while review rows alone taught it."""
-    import random
-
     total = sum(len(ds) for ds in parts)
     rng = random.Random(seed)
     out: list[Any] = []
@@ -228,8 +225,7 @@ def mix_to_shares(parts: Sequence[Any], shares: Sequence[float], seed: int, name
             continue
         if not len(ds):
             raise UserInputError(f"decision_shares give {name} {share:.0%} of the rows but it has none")
-        rows = list(range(len(ds)))
-        keep = rng.sample(rows, want) if len(ds) >= want else rows + rng.choices(rows, k=want - len(ds))
+        keep = resample(list(range(len(ds))), want, rng)
         logger.warning("%s: %d rows resampled to %d (%.0f%% of %d)", name, len(ds), want, 100 * share, total)
         out.append(ds.select(sorted(keep), keep_in_memory=True).flatten_indices(keep_in_memory=True))
     return out
