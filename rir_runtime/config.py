@@ -253,7 +253,14 @@ def add_dataclass_arguments(
             kwargs.update(metavar=f.name.upper(), choices=choices or None)
         parser.add_argument(*flags, **kwargs)
         if base is bool:
-            parser.add_argument(*spellings(f"no_{f.name}"), dest=f.name, action="store_false", help=argparse.SUPPRESS)
+            # store_false's own default would be True, set even when no flag is given: suppress it too
+            parser.add_argument(
+                *spellings(f"no_{f.name}"),
+                dest=f.name,
+                action="store_false",
+                default=argparse.SUPPRESS,
+                help=argparse.SUPPRESS,
+            )
 
 
 class AliasHelpFormatter(argparse.HelpFormatter):

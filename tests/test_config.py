@@ -19,6 +19,7 @@ class Demo:
     error_rate: float = 0.15
     methods: list[str] = field(default_factory=lambda: ["rir"])
     resume: bool = True
+    strict: bool = False
     model: str | None = None
     seeds: list[int] = field(default_factory=lambda: [0])
     kinds: list[str] = field(default_factory=list, metadata={"help": "kinds", "choices": ["review", "locate"]})
@@ -101,6 +102,15 @@ def test_booleans_take_trl_spellings() -> None:
     assert parse(["--resume"]).resume is True
     for argv in (["--resume", "false"], ["--resume=no"], ["--no_resume"], ["--no-resume"]):
         assert parse(argv).resume is False, argv
+
+
+def test_a_boolean_left_unsaid_keeps_its_default_whichever_it_is(tmp_path) -> None:
+    """The `--no_<flag>` switch must not set True when neither spelling is given."""
+    assert parse([]).strict is False and parse([]).resume is True
+    assert parse(["--strict"]).strict is True and parse(["--no_strict"]).strict is False
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("strict: true\n")
+    assert parse(["--config", str(cfg)]).strict is True
 
 
 def test_bad_flags_name_the_fix(capsys) -> None:
