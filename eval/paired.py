@@ -22,7 +22,8 @@ PairingKey = tuple[Any, ...]
 
 
 def pairing_key(record: EpisodeRecord) -> PairingKey:
-    """The episode two methods must share to be compared: same task instance, seed and budgets."""
+    """The episode two methods must share to be compared: same task instance, seed, budgets and
+    accounting of controller calls (a charged controller leaves the agent fewer calls)."""
     return (
         record.env,
         record.task,
@@ -31,6 +32,8 @@ def pairing_key(record: EpisodeRecord) -> PairingKey:
         record.seed,
         record.budget_agent_spec,
         record.budget_rollback,
+        record.budget_controller,
+        record.charge_controller,
     )
 
 

@@ -10,6 +10,13 @@ from eval.paired import ALPHA, PairedComparison, find_comparison
 from eval.summary import restore_offsets, summarize
 from rir_runtime.trace import EpisodeRecord
 
+# The plots `eval.plots` draws, by file; the report shows those that were drawn (a failed one is skipped).
+PLOTS = {
+    "success_rate.png": "success rate",
+    "rollbacks.png": "rollbacks",
+    "restore_offsets.png": "restore offsets",
+    "success_vs_budget.png": "success vs budget",
+}
 BASELINE = "react"  # the method without recovery: what every other row is compared to when it ran
 
 
@@ -36,9 +43,9 @@ def table(summary: dict[str, Any]) -> str:
     reference = reference_method(summary) if "paired" in summary else None
     versus = f" vs {reference} |" if reference else ""
     rows = [
-        "| method | episodes | success | 95% CI |" + versus + " mean score | agent calls (by the controller) "
+        "| method | episodes | success | 95% CI |" + versus + " mean score | agent calls | controller calls (s) "
         "| recoveries (rollbacks) | env steps | wall s |",
-        "| --- | ---: | ---: | --- |" + (" ---: |" if reference else "") + " ---: | ---: | ---: | ---: | ---: |",
+        "| --- | ---: | ---: | --- |" + (" ---: |" if reference else "") + " ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     ranked = sorted(summary["methods"].items(), key=lambda kv: -kv[1]["success_rate"])
     for name, s in ranked:
@@ -46,15 +53,30 @@ def table(summary: dict[str, Any]) -> str:
         cell = f" {versus_cell(summary, name, reference)} |" if reference else ""
         rows.append(
             f"| {name} | {s['episodes']} | {s['success_rate']:.1%} | [{lo:.1%}, {hi:.1%}] |{cell} "
-            f"{s['mean_score']:.1f} | {_calls(s)} | {_recoveries(s)} | {s['env_steps']:.1f} | {s['wall_s']:.2f} |"
+            f"{s['mean_score']:.1f} | {s['agent_calls']:.1f} | {_controller_calls(s)} | {_recoveries(s)} | "
+            f"{s['env_steps']:.1f} | {s['wall_s']:.2f} |"
         )
     return "\n".join(rows)
 
 
-def _calls(s: dict[str, Any]) -> str:
-    """Agent calls per episode, with the share a model-backed controller spent of them when known."""
-    spent = s.get("controller_model_calls")
-    return f"{s['agent_calls']:.1f}" + (f" ({spent:.1f})" if spent is not None else "")
+def _controller_calls(s: dict[str, Any]) -> str:
+    """The controller's model calls per episode and their seconds; `-` where records predate them."""
+    calls = s.get("controller_calls")
+    if calls is None:
+        return "-"
+    return f"{calls:.1f} ({s.get('controller_seconds', 0.0):.1f})"
+
+
+def accounting_note(summary: dict[str, Any]) -> str:
+    """One sentence on who paid for the controller's model calls, since it changes what a budget buys."""
+    charged = {s.get("charge_controller") for s in summary.get("methods", {}).values()}
+    if charged == {True}:
+        return "Controller model calls were charged to B_agent (`--charge_controller`): a call cost the agent a step."
+    if charged == {False}:
+        bound = summary.get("config", {}).get("budget_controller")
+        limit = f"bounded by B_ctrl={bound}" if bound is not None else "unbounded"
+        return f"Controller model calls were counted apart from B_agent ({limit}); agent calls are the agent's own."
+    return "Rows differ in who paid for controller calls: compare them with care."
 
 
 def _recoveries(s: dict[str, Any]) -> str:
@@ -116,7 +138,7 @@ def write_report(
         "",
         f"{len(records)} episodes on {', '.join(envs)}; split `{config.get('split')}`, "
         f"policy `{config.get('policy')}`, budgets B_agent={config.get('budget_agent')}, "
-        f"B_rb={config.get('budget_rollback')}.",
+        f"B_rb={config.get('budget_rollback')}. {accounting_note(summary)}",
         "",
         table(summary),
         "",
@@ -143,14 +165,10 @@ def write_report(
             offsets,
             "",
         ]
-    lines += [
-        "## Plots",
-        "",
-        "![success rate](success_rate.png)",
-        "![rollbacks](rollbacks.png)",
-        "![restore offsets](restore_offsets.png)",
-    ]
-    if (out / "success_vs_budget.png").exists() and all_records and len(all_records) > len(records):
-        lines.append("![success vs budget](success_vs_budget.png)")
+    plots = [name for name in PLOTS if (out / name).exists()]
+    if "success_vs_budget.png" in plots and not (all_records and len(all_records) > len(records)):
+        plots.remove("success_vs_budget.png")  # a sweep's plot left by an earlier run of the folder
+    if plots:
+        lines += ["## Plots", "", *(f"![{PLOTS[name]}]({name})" for name in plots)]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     return summary

@@ -2,7 +2,7 @@
 
 `summarize` produces the `summary.json` body, a contract other stages read:
 `{"methods": {"<method>[/<controller>]": {"episodes", "success_rate", "mean_score", "agent_calls",
-"controller_model_calls", "rollbacks", "recoveries", "env_steps", "wall_s", ...}}, "paired": [{"a", "b",
+"controller_calls", "controller_seconds", "rollbacks", "recoveries", "env_steps", "wall_s", ...}}, "paired": [{"a", "b",
 "episodes", "a_only", "b_only", "diff", "p_value", "significant", ...}], "config": {...}}`. `paired` holds
 one exact McNemar comparison per unordered pair of method keys (see eval/paired.py).
 """
@@ -42,15 +42,24 @@ def summarize_group(records: list[EpisodeRecord]) -> dict[str, Any]:
         "success_rate": round(wins / n, 4) if n else 0.0,
         "success_ci95": [round(low, 4), round(high, 4)],
         "mean_score": _mean([float(r.score) for r in records]),
-        "agent_calls": _mean([r.agent_calls for r in records]),
+        "agent_calls": _mean([r.agent_calls for r in records]),  # the agent's own
+        "controller_calls": _known_mean([r.controller_calls for r in records]),  # the controller's model calls
+        "controller_seconds": _mean([r.controller_seconds for r in records]),
+        "controller_tokens": _mean([r.controller_prompt_tokens + r.controller_completion_tokens for r in records]),
+        "charge_controller": _accounting(records),
         "budget_agent": _mean([r.budget_agent for r in records]),  # resolved per episode (relative budgets vary)
         "rollbacks": _mean([r.rollbacks for r in records]),
         "recoveries": _mean([r.recoveries for r in records]),  # with k = 0 ones (stay and reflect)
         "env_steps": _mean([r.env_steps for r in records]),
         "wall_s": _mean([r.wall_s for r in records]),
         "parse_failures": _mean([r.parse_failures for r in records]),
-        "controller_model_calls": _known_mean([r.controller_model_calls for r in records]),
     }
+
+
+def _accounting(records: list[EpisodeRecord]) -> bool | None:
+    """Whether B_agent paid for the controller's calls in these episodes; None when they differ."""
+    charged = {r.charge_controller for r in records}
+    return charged.pop() if len(charged) == 1 else None
 
 
 def _known_mean(values: list[int | None]) -> float | None:

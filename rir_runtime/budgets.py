@@ -51,14 +51,30 @@ class AgentBudget:
 
 @dataclass(frozen=True)
 class Budgets:
-    agent: int | AgentBudget = 60  # B_agent: model calls, agent and controller
+    """What one episode may spend.
+
+    `agent` (B_agent) bounds the agent's own model calls. A separate controller's model calls are
+    counted apart and bounded by `controller` (B_ctrl; None: unbounded): the setting this project
+    serves is a small controller beside a large agent, where a controller call costs far less than
+    an agent call. `charge_controller` charges them to B_agent instead, for the setting where the
+    agent's own model reviews itself (and the accounting of every figure measured before 0.2).
+    """
+
+    agent: int | AgentBudget = 60  # B_agent: the agent's model calls (and the controller's, when charged)
     rollback: int = 5  # B_rb: recoveries
     max_steps: int = 100  # environment steps per episode, a safety cap
+    controller: int | None = None  # B_ctrl: the controller's model calls; None: unbounded
+    charge_controller: bool = False  # the controller's model calls count against B_agent instead
 
     def __post_init__(self) -> None:
         agent = self.agent.amount if isinstance(self.agent, AgentBudget) else self.agent
-        if agent < 0 or self.rollback < 0 or self.max_steps < 1:
-            raise ValueError("budgets must be >= 0 (agent, rollback) and max_steps >= 1")
+        if agent < 0 or self.rollback < 0 or self.max_steps < 1 or (self.controller or 0) < 0:
+            raise ValueError("budgets must be >= 0 (agent, rollback, controller) and max_steps >= 1")
+        if self.charge_controller and self.controller is not None:
+            raise ValueError(
+                "charge_controller counts the controller's calls against B_agent: drop budget_controller, or "
+                "drop charge_controller to bound them apart"
+            )
 
     @property
     def relative_agent(self) -> bool:

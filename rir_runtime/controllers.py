@@ -302,6 +302,8 @@ class PromptedController:
         calls = failures = p_tok = c_tok = 0
         raw = ""
         for _attempt in range(2):
+            if calls and ctx.calls_left is not None and calls >= ctx.calls_left:
+                break  # no call left for the retry: the safe default below
             completion = self.backend.generate([messages], max_new_tokens=self.max_new_tokens)[0]
             calls += 1
             p_tok += completion.prompt_tokens

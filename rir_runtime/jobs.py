@@ -51,6 +51,19 @@ class SelectionConfig:
         metadata={"help": "B_agent: model calls per episode (60), or a multiple of the expert's path length (1.5x)"},
     )
     budget_rollback: int = field(default=5, metadata={"help": "B_rb: recoveries per episode"})
+    budget_controller: int | None = field(
+        default=None,
+        metadata={
+            "help": "B_ctrl: the controller's model calls per episode, counted apart from B_agent (none: unbounded)"
+        },
+    )
+    charge_controller: bool = field(
+        default=False,
+        metadata={
+            "help": "charge the controller's model calls to B_agent (the agent's own model reviews itself; the "
+            "accounting of figures before rir 0.2) instead of counting them apart"
+        },
+    )
     max_steps: int = field(default=100, metadata={"help": "environment steps per episode (safety cap)"})
     review_interval: int = field(default=4, metadata={"help": "initial scheduled review interval"})
     workers: int = field(default=1, metadata={"help": "parallel worker processes (with --executor ray: Ray actors)"})
@@ -94,8 +107,13 @@ class SelectionConfig:
         if not 0.0 <= self.error_rate <= 1.0:
             raise ValueError("error_rate must be within [0, 1]")
         self.budget_agent = str(AgentBudget.parse(self.budget_agent))
-        if self.budget_rollback < 0:
+        if self.budget_rollback < 0 or (self.budget_controller or 0) < 0:
             raise ValueError("budgets must be >= 0")
+        if self.charge_controller and self.budget_controller is not None:
+            raise ValueError(
+                "charge_controller counts the controller's calls against budget_agent: drop budget_controller, "
+                "or drop charge_controller to bound them apart"
+            )
         if self.workers < 1 or self.concurrency < 1:
             raise ValueError("workers and concurrency must be >= 1")
         if self.workers > 1 and self.concurrency > 1 and self.executor == "local":
@@ -133,11 +151,22 @@ class EpisodeJob:
     max_steps: int
     review_interval: int
     tag: str = ""  # data_gen: exploratory variant name
+    budget_controller: int | None = None  # B_ctrl; None: unbounded
+    charge_controller: bool = False  # the controller's model calls count against B_agent
+
+    @property
+    def accounting(self) -> str:
+        """How controller calls are paid for, as the episode id spells it: `c<B_ctrl>` (`c-`: unbounded)
+        when counted apart, `charged` when B_agent pays for them (ids written before schema 3 have no
+        such suffix; they were all charged)."""
+        if self.charge_controller:
+            return "charged"
+        return f"c{self.budget_controller if self.budget_controller is not None else '-'}"
 
     @property
     def episode_id(self) -> str:
         ctrl = "-" if self.method == "react" else self.controller
-        budget = f"b{self.budget_agent}r{self.budget_rollback}"
+        budget = f"b{self.budget_agent}r{self.budget_rollback}{self.accounting}"
         tag = f"/{self.tag}" if self.tag else ""
         return f"{self.task.key}/{self.method}/{ctrl}/{self.policy}/{budget}/s{self.seed}{tag}"
 
@@ -163,6 +192,8 @@ def expand_jobs(cfg: SelectionConfig, env: Env | None = None) -> list[EpisodeJob
                         cfg.budget_rollback,
                         cfg.max_steps,
                         cfg.review_interval,
+                        budget_controller=cfg.budget_controller,
+                        charge_controller=cfg.charge_controller,
                     )
                     if not cfg.only or job_key(job) in cfg.only:
                         jobs.setdefault(job.episode_id, job)
@@ -243,7 +274,13 @@ def run_job(job: EpisodeJob) -> EpisodeRecord:
         policy,
         controller,
         PRESETS[job.method],
-        Budgets(AgentBudget.parse(job.budget_agent), job.budget_rollback, job.max_steps),
+        Budgets(
+            AgentBudget.parse(job.budget_agent),
+            job.budget_rollback,
+            job.max_steps,
+            controller=job.budget_controller,
+            charge_controller=job.charge_controller,
+        ),
         job.review_interval,
     )
     return runner.run(job.task).with_job(

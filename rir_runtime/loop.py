@@ -6,8 +6,9 @@ adaptive schedule, and when the episode ends in failure. A recovery picks a rest
 coarse segment, then step; or the preset's fixed depth), distils a reflection from the abandoned
 suffix (What), restores the environment and the branch history, and keeps the memory.
 
-Budgets: `agent` counts every model call (policy steps and model-backed controller decisions),
-`rollback` counts recoveries. Neither is ever exceeded.
+Budgets: `agent` (B_agent) counts the agent's model calls, `controller` (B_ctrl, optional) the
+controller's, `rollback` (B_rb) the recoveries; with `charge_controller` the controller's calls count
+against B_agent too. None is ever exceeded: each is checked before the call it would pay for.
 """
 
 from __future__ import annotations
@@ -65,9 +66,12 @@ class Episode:
     done: bool = False
     won: bool = False
     lost: bool = False
-    agent_calls: int = 0
-    controller_calls: int = 0
-    controller_model_calls: int = 0  # of agent_calls: those the controller's decisions spent
+    agent_calls: int = 0  # the agent's own model calls
+    controller_calls: int = 0  # the controller's model calls (rule decisions are free)
+    controller_decisions: int = 0  # every When, Where and What the controller answered
+    controller_seconds: float = 0.0
+    controller_prompt_tokens: int = 0
+    controller_completion_tokens: int = 0
     recoveries: int = 0
     rollbacks: int = 0
     env_steps: int = 0
@@ -133,7 +137,7 @@ class EpisodeRunner:
                     ep.stop_reason = ep.stop_reason or ("won" if ep.won else "failed")
                     break
                 continue
-            if ep.agent_calls >= ep.agent_budget:
+            if not self._agent_may_call(ep):
                 ep.stop_reason = "agent budget spent"
                 break
             if ep.env_steps >= self.budgets.max_steps:
@@ -213,9 +217,24 @@ class EpisodeRunner:
                 return f"{reason}; admissible checkpoints: {ep.store.admissible()}"
         return None
 
+    # --- budgets ------------------------------------------------------------------------------------
+    def _charged(self, ep: Episode) -> int:
+        """The calls B_agent has paid for: the agent's, and the controller's when they are charged to it."""
+        return ep.agent_calls + (ep.controller_calls if self.budgets.charge_controller else 0)
+
+    def _agent_may_call(self, ep: Episode) -> bool:
+        return self._charged(ep) < ep.agent_budget
+
+    def _controller_calls_left(self, ep: Episode) -> int | None:
+        """The model calls the controller may still spend; None: unbounded."""
+        if self.budgets.charge_controller:
+            return ep.agent_budget - self._charged(ep)
+        return None if self.budgets.controller is None else self.budgets.controller - ep.controller_calls
+
     # --- recovery: When, Where, What ---------------------------------------------------------------
     def _recover_allowed(self, ep: Episode) -> bool:
-        return self.preset.recovers and ep.recoveries < self.budgets.rollback and ep.agent_calls < ep.agent_budget
+        """A recovery needs a rollback left and an agent call left to act on it."""
+        return self.preset.recovers and ep.recoveries < self.budgets.rollback and self._agent_may_call(ep)
 
     def _context(
         self,
@@ -244,13 +263,18 @@ class EpisodeRunner:
     def _decide(
         self, ep: Episode, decide: Callable[[DecisionContext], Decision], ctx: DecisionContext
     ) -> Decision | None:
-        """One controller call, counted; None when a model-backed call would exceed the budget."""
-        if self.controller.uses_model and ep.agent_calls >= ep.agent_budget:
+        """One controller decision, counted apart from the agent's calls; None when a model-backed
+        decision would exceed its budget (B_ctrl, or B_agent when the controller is charged to it)."""
+        left = self._controller_calls_left(ep) if self.controller.uses_model else None
+        if left is not None and left <= 0:
             return None
-        decision = decide(ctx)
-        ep.controller_calls += 1
-        ep.controller_model_calls += decision.model_calls
-        ep.agent_calls += decision.model_calls
+        start = time.perf_counter()
+        decision = decide(replace(ctx, calls_left=left))
+        ep.controller_seconds += time.perf_counter() - start
+        ep.controller_decisions += 1
+        ep.controller_calls += decision.model_calls
+        ep.controller_prompt_tokens += decision.prompt_tokens
+        ep.controller_completion_tokens += decision.completion_tokens
         ep.prompt_tokens += decision.prompt_tokens
         ep.completion_tokens += decision.completion_tokens
         ep.parse_failures += decision.parse_failures
@@ -381,7 +405,12 @@ class EpisodeRunner:
             score=ep.score,
             agent_calls=ep.agent_calls,
             controller_calls=ep.controller_calls,
-            controller_model_calls=ep.controller_model_calls,
+            controller_decisions=ep.controller_decisions,
+            controller_seconds=round(ep.controller_seconds, 4),
+            controller_prompt_tokens=ep.controller_prompt_tokens,
+            controller_completion_tokens=ep.controller_completion_tokens,
+            charge_controller=self.budgets.charge_controller,
+            budget_controller=self.budgets.controller,
             rollbacks=ep.rollbacks,
             recoveries=ep.recoveries,
             env_steps=ep.env_steps,

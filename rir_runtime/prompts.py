@@ -55,12 +55,15 @@ class DecisionContext:
     extra: dict[str, object] = field(default_factory=dict)
     # The oracle's view of the future: set by the loop only for controllers that ask for it.
     hindsight: Hindsight | None = field(default=None, compare=False, repr=False)
+    # The model calls this decision may spend (its budget's remainder); None: unbounded. A retry
+    # after an unparseable reply is skipped when it would overspend.
+    calls_left: int | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> str:
         """Serialised form kept next to each training row, so any controller can be scored offline
-        on exactly the situation the row was built from (hindsight is never serialised)."""
+        on exactly the situation the row was built from (hindsight and budgets are never serialised)."""
         data = asdict(replace(self, hindsight=None))
-        del data["hindsight"]
+        del data["hindsight"], data["calls_left"]
         return json.dumps(data)
 
     @classmethod

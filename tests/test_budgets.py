@@ -46,7 +46,7 @@ def test_eval_resolves_a_relative_budget_per_task_and_reports_both(tmp_path: Pat
         env.reset(TaskSpec(r.env, r.task, r.split, r.variation))
         assert r.expert_steps == len(env.expert_actions())
         assert r.budget_agent == math.ceil(1.5 * r.expert_steps) and r.budget_agent_spec == "1.5x"
-        assert r.agent_calls <= r.budget_agent and "/b1.5xr5/" in r.episode_id
+        assert r.agent_calls <= r.budget_agent and "/b1.5xr5c-/" in r.episode_id
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["config"]["budget_agent"] == "1.5x"
     by_method = {m: [r.budget_agent for r in records if r.method_key == m] for m in summary["methods"]}

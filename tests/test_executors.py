@@ -65,7 +65,7 @@ class CountingFactory:
 
 
 def strip_timing(record: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in record.items() if k != "wall_s"}
+    return {k: v for k, v in record.items() if k not in ("wall_s", "controller_seconds")}  # timings
 
 
 def episodes(path: Path) -> dict[str, dict[str, Any]]:

@@ -168,11 +168,14 @@ def test_table_of_a_summary_without_paired_tests_has_no_comparison_column() -> N
     assert table(summary).count("\n") == 3
 
 
-def test_the_table_shows_what_a_model_backed_controller_spent_of_the_agent_budget() -> None:
-    tuned = [record("rir", v, False, "tuned:x", controller_model_calls=c) for v, c in enumerate((2, 4))]
-    older = [record("rir", 0, False, "heuristic"), record("rir", 1, False, "heuristic", controller_model_calls=0)]
+def test_the_table_shows_the_controllers_calls_apart_from_the_agents() -> None:
+    tuned = [
+        record("rir", v, False, "tuned:x", controller_calls=c, controller_seconds=2.0 * c) for v, c in enumerate((2, 4))
+    ]
+    older = [record("rir", 0, False, "heuristic"), record("rir", 1, False, "heuristic", controller_calls=None)]
     summary = summarize(tuned + older, config={})
-    assert summary["methods"]["rir/tuned:x"]["controller_model_calls"] == 3.0
-    assert summary["methods"]["rir/heuristic"]["controller_model_calls"] is None  # one record predates the field
+    assert summary["methods"]["rir/tuned:x"]["controller_calls"] == 3.0
+    assert summary["methods"]["rir/tuned:x"]["controller_seconds"] == 6.0
+    assert summary["methods"]["rir/heuristic"]["controller_calls"] is None  # one record predates the field
     rows = {line.split(" | ")[0][2:]: line for line in table(summary).splitlines()[2:]}
-    assert "| 10.0 (3.0) |" in rows["rir/tuned:x"] and "| 10.0 |" in rows["rir/heuristic"]
+    assert "| 10.0 | 3.0 (6.0) |" in rows["rir/tuned:x"] and "| 10.0 | - |" in rows["rir/heuristic"]

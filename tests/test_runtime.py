@@ -309,7 +309,7 @@ def test_a_gated_controller_asks_its_model_only_when_the_branch_shows_a_failure_
     task = TASKS[0]
     r = run("rir", task, gated, Budgets(agent=60, rollback=3), error_rate=0.0)  # a quiet branch: no signal
     reviews = events(r, "review")
-    assert reviews and quiet.calls == 0 == r.controller_model_calls
+    assert reviews and quiet.calls == 0 == r.controller_calls
     assert all(e.reason == "no failure signal: the model was not asked" for e in reviews)
     ungated = run("rir", task, PromptedController(noisy, "prompted:fake"), Budgets(agent=60, rollback=3), 0.0)
     assert noisy.calls == len(events(ungated, "review")) > 0  # without the gate every review is a model call
@@ -364,11 +364,11 @@ def test_prompted_controller_retries_once_then_falls_back() -> None:
     r = run("rir", task, ctrl, Budgets(agent=60, rollback=3))
     review = events(r, "review")[0]
     assert review.trigger == "schedule" and review.decision == "continue"  # the safe default
-    assert r.parse_failures >= 2 and backend.calls == 2 * r.controller_calls  # each decision: a try, a retry
-    assert r.agent_calls == r.env_steps + backend.calls  # controller model calls are counted
-    assert r.controller_model_calls == backend.calls > 0  # and recorded apart
+    assert r.parse_failures >= 2 and backend.calls == 2 * r.controller_decisions  # each decision: a try, a retry
+    assert r.controller_calls == backend.calls > 0 and r.agent_calls == r.env_steps  # counted apart
+    assert r.controller_prompt_tokens > 0 and r.controller_seconds > 0 and not r.charge_controller
     heuristic = run("rir", task, HeuristicController(), Budgets(agent=60, rollback=3))
-    assert heuristic.controller_model_calls == 0 and heuristic.agent_calls == heuristic.env_steps
+    assert heuristic.controller_calls == 0 and heuristic.agent_calls == heuristic.env_steps
     ok = PromptedController(
         ScriptedBackend(
             [
@@ -382,6 +382,25 @@ def test_prompted_controller_retries_once_then_falls_back() -> None:
     )
     r = run("rir", task, ok, Budgets(agent=60, rollback=1))
     assert events(r, "restore")[0].to == 0 and r.parse_failures == 0
+
+
+def test_controller_calls_are_counted_apart_unless_charged_and_never_exceed_their_budget() -> None:
+    """B_agent bounds the agent's own calls; B_ctrl the controller's; charged, B_agent bounds both."""
+    replies = ['{"decision": "continue", "reason": "fine"}']
+    task, _ = silent_error_tasks()[0]
+    apart = run("rir", task, PromptedController(ScriptedBackend(replies), "prompted:fake"), Budgets(agent=30))
+    charged = run(
+        "rir", task, PromptedController(ScriptedBackend(replies), "prompted:fake"), Budgets(30, charge_controller=True)
+    )
+    assert apart.controller_calls > 0 and apart.agent_calls == apart.env_steps and not apart.charge_controller
+    assert charged.charge_controller and charged.agent_calls + charged.controller_calls <= 30
+    assert charged.agent_calls < apart.agent_calls  # the reviews' calls were the agent's steps
+    bounded = run("rir", task, PromptedController(ScriptedBackend(replies), "prompted:fake"), Budgets(30, controller=2))
+    assert bounded.controller_calls == 2 and bounded.budget_controller == 2
+    reviews = events(bounded, "review")
+    assert len(reviews) == 2  # further scheduled reviews had no call left: the branch goes on unreviewed
+    with pytest.raises(ValueError, match="charge_controller"):
+        Budgets(30, controller=2, charge_controller=True)
 
 
 class RollbackCaller:
@@ -438,8 +457,11 @@ def test_a_reflection_that_could_not_be_parsed_is_logged_as_a_fallback() -> None
         def locate_fine(self, ctx):
             return Decision("locate_fine", max(ctx.admissible), model_calls=1000)
 
-    skipped = events(run("rir", TASKS[0], CostlyWhere()), "reflect")
-    assert skipped and all(e.budget_spent and not e.fallback for e in skipped)
+    for budgets in (Budgets(controller=5), Budgets(charge_controller=True)):  # B_ctrl, or B_agent when charged
+        skipped = events(run("rir", TASKS[0], CostlyWhere(), budgets), "reflect")
+        assert skipped and all(e.budget_spent and not e.fallback for e in skipped)
+    unbounded = events(run("rir", TASKS[0], CostlyWhere()), "reflect")  # B_ctrl unbounded by default
+    assert unbounded and not any(e.budget_spent for e in unbounded)
 
 
 def test_eval_resumes_without_duplicates(tmp_path) -> None:

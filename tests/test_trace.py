@@ -158,3 +158,18 @@ def test_schema_1_files_convert_and_then_read(run_file: Path, tmp_path: Path) ->
         (r.episode_id, r.success, r.stop_reason) for r in original
     ]
     assert [replay(r).branches for r in records] == [replay(r).branches for r in original]
+
+
+def test_a_schema_2_line_is_read_with_the_controllers_calls_taken_out_of_the_agents(tmp_path: Path) -> None:
+    """Schema 2 charged a model-backed controller's calls to B_agent and counted them in agent_calls."""
+    current = episode_record(agent_calls=7, controller_calls=3, controller_decisions=5, charge_controller=True)
+    old = {k: v for k, v in current.to_json().items() if not k.startswith(("controller_", "charge_", "budget_c"))}
+    old |= {"schema": 2, "agent_calls": 10, "controller_calls": 5, "controller_model_calls": 3}
+    unknown = {**old, "controller_model_calls": None}  # written before schema 2 recorded them
+    path = tmp_path / "episodes.jsonl"
+    path.write_text(json.dumps(old) + "\n" + json.dumps(unknown) + "\n")
+    converted, predates = read_records(path)
+    assert converted == current
+    assert predates.controller_calls is None and predates.agent_calls == 10 and predates.charge_controller
+    upgrade_run(tmp_path)  # and `rir trace upgrade` writes the same conversion
+    assert read_records(path)[0] == current and json.loads(path.read_text().splitlines()[0])["schema"] == 3

@@ -25,6 +25,7 @@ from rir_runtime.trace.events import (
     TraceFormatError,
 )
 from rir_runtime.trace.record import (
+    READABLE_SCHEMAS,
     TRACE_SCHEMA_VERSION,
     EpisodeRecord,
     TraceError,
@@ -38,6 +39,7 @@ from rir_runtime.trace.replay import Branch, Replay, ReviewPoint, replay
 
 __all__ = [
     "EVENT_TYPES",
+    "READABLE_SCHEMAS",
     "TRACE_SCHEMA_VERSION",
     "Branch",
     "EpisodeRecord",

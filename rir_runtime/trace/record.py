@@ -7,7 +7,9 @@ naming the file and line, so a reader never guesses at a field's default. The on
 forgives is a partial last one (a run killed mid-write): that episode is simply run again.
 
 Schema history: 1 = the untyped event dicts of rir 0.1 (no version field); 2 = typed events and a
-version on every line. `rir trace upgrade <folder>` converts version 1 files.
+version on every line; 3 = the controller's model calls counted apart from the agent's
+(`controller_calls`, its seconds and tokens, `charge_controller`). `rir trace upgrade <folder>`
+converts version 1 files; version 2 lines are converted as they are read (`from_v2`), losslessly.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from rir_runtime.errors import UserInputError
 from rir_runtime.memory import MemorySnapshot
 from rir_runtime.trace.events import Event, TraceFormatError, check_scalar, event_from_json, type_hints
 
-TRACE_SCHEMA_VERSION = 2
+TRACE_SCHEMA_VERSION = 3
+READABLE_SCHEMAS = (2, 3)  # schema 2 lines are converted on reading
 
 
 class TraceError(UserInputError):
@@ -44,12 +47,12 @@ class EpisodeRecord:
     policy: str
     success: bool
     score: float
-    agent_calls: int
-    controller_calls: int
+    agent_calls: int  # the agent's own model calls
+    controller_calls: int | None  # the controller's model calls; None: a schema-2 record that predates them
     rollbacks: int
     recoveries: int
     env_steps: int
-    prompt_tokens: int
+    prompt_tokens: int  # of every model call, the agent's and the controller's
     completion_tokens: int
     wall_s: float
     parse_failures: int
@@ -68,10 +71,14 @@ class EpisodeRecord:
     budget_rollback: int = 0
     budget_agent_spec: str = ""  # B_agent as asked: "60", or "1.5x" the expert's path length
     expert_steps: int | None = None  # the expert's path length at reset (measured for relative budgets)
-    # Of agent_calls, the model calls the controller's decisions spent (a model-backed When, Where or
-    # What pays from the agent's budget; rule-based controllers spend none). None: written before
-    # rir recorded it, so unknown rather than guessed.
-    controller_model_calls: int | None = None
+    controller_decisions: int = 0  # every When, Where and What answered, rule or model
+    controller_seconds: float = 0.0  # wall time of the controller's decisions
+    controller_prompt_tokens: int = 0
+    controller_completion_tokens: int = 0
+    # Whether B_agent paid for the controller's calls too (every record before schema 3 did), and
+    # B_ctrl, the controller's own bound (None: unbounded, or charged to B_agent).
+    charge_controller: bool = False
+    budget_controller: int | None = None
 
     @property
     def task_spec(self) -> TaskSpec:
@@ -141,7 +148,9 @@ def parse_line(line: str, where: str) -> EpisodeRecord:
     if not isinstance(data, dict):
         raise TraceError(f"{where}: a record must be a JSON object")
     schema = data.get("schema", 1)
-    if schema != TRACE_SCHEMA_VERSION:
+    if schema == 2:
+        data = from_v2(data)
+    elif schema != TRACE_SCHEMA_VERSION:
         fix = (
             f"convert the run folder with `rir trace upgrade {Path(where.rsplit(':', 1)[0]).parent}`"
             if schema == 1
@@ -154,6 +163,22 @@ def parse_line(line: str, where: str) -> EpisodeRecord:
         return EpisodeRecord.from_json(data)
     except TraceFormatError as err:
         raise TraceError(f"{where}: malformed record: {err}") from None
+
+
+def from_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """A schema-2 line as schema 3. Schema 2 charged every controller model call to B_agent and
+    counted it in `agent_calls` (and apart in `controller_model_calls`, where known), and named the
+    controller's decisions `controller_calls`; the conversion separates them and marks the record
+    charged, so an old figure keeps its accounting visible."""
+    out = {k: v for k, v in data.items() if k != "controller_model_calls"}
+    model_calls = data.get("controller_model_calls")
+    out["controller_decisions"] = data.get("controller_calls", 0)
+    out["controller_calls"] = model_calls
+    if isinstance(model_calls, int) and isinstance(data.get("agent_calls"), int):
+        out["agent_calls"] = data["agent_calls"] - model_calls
+    out["charge_controller"] = True
+    out["schema"] = TRACE_SCHEMA_VERSION
+    return out
 
 
 def read_records(path: Path) -> list[EpisodeRecord]:

@@ -1,10 +1,11 @@
-"""`rir trace upgrade <folder>`: convert episodes files of trace schema 1 to the current schema.
+"""`rir trace upgrade <folder>`: convert episodes files of trace schemas 1 and 2 to the current schema.
 
 Schema 1 (rir 0.1) wrote the same records without a version and with untyped events, whose
 optional fields were sometimes left out. The conversion is mechanical and lossless: it writes each
 optional field with the default its readers assumed, renames a `locate` event that carried an
 `error` to `locate_failed`, validates every record with the current reader, and keeps the original
-file as `<name>.v1.bak`.
+file as `<name>.v1.bak`. Schema 2 lines (read as they are without upgrading, `record.from_v2`) are
+converted the same way: the controller's model calls are taken out of `agent_calls`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rir_runtime.errors import UserInputError
-from rir_runtime.trace.record import TRACE_SCHEMA_VERSION, EpisodeRecord
+from rir_runtime.trace.record import TRACE_SCHEMA_VERSION, EpisodeRecord, from_v2
 
 # What schema-1 readers assumed when a field was absent.
 V1_RECORD_DEFAULTS: dict[str, Any] = {
@@ -40,7 +41,9 @@ def upgrade_record(data: dict[str, Any]) -> dict[str, Any]:
         if event.get("type") == "locate" and "error" in event:
             event = {"type": "locate_failed", "t": event["t"], "error": event["error"]}
         events.append(event)
-    out = {**V1_RECORD_DEFAULTS, **data, "events": events}
+    if data.get("schema", 1) == 1:
+        data = {**V1_RECORD_DEFAULTS, **data, "events": events}
+    out = from_v2(data)  # schema 1 and 2 charged the controller's calls to B_agent alike
     out.pop("schema", None)
     EpisodeRecord.from_json(out)  # the current reader must accept it
     return {"schema": TRACE_SCHEMA_VERSION, **out}
