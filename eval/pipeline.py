@@ -97,10 +97,19 @@ class PipelineConfig:
     eval_methods: list[str] = field(default_factory=lambda: ["react", "rir"], metadata={"help": "methods on test"})
     eval_controllers: list[str] = field(
         default_factory=lambda: ["heuristic", "prompted", "tuned"],
-        metadata={"help": "heuristic, oracle, prompted (the base model), tuned (the trained adapter), or full specs"},
+        metadata={
+            "help": "heuristic, oracle, prompted (the base model), tuned (the trained adapter), or full specs; "
+            "a spec with a {model} slot is evaluated twice, with the adapter and with its prompted base"
+        },
     )
     budget_agent: str = field(default="40", metadata={"help": "B_agent in the eval: 40, or 1.5x the expert's path"})
     budget_rollback: int = field(default=3, metadata={"help": "B_rb in the eval"})
+    budget_controller: int | None = field(
+        default=None, metadata={"help": "B_ctrl in the eval: the controller's model calls, apart from B_agent"}
+    )
+    charge_controller: bool = field(
+        default=False, metadata={"help": "charge the controller's model calls to B_agent in the eval"}
+    )
     review_interval: int = field(default=4, metadata={"help": "initial scheduled review interval"})
     controller_eval_rows: int = field(default=40, metadata={"help": "validation rows per dataset scored offline"})
     controller_eval_reflect_rows: int = field(
@@ -141,8 +150,18 @@ def _key_settings(config: DataclassInstance, names: str) -> dict[str, Any]:
     return {name: values[name] for name in names.split()}
 
 
-def controller_spec(name: str, cfg: PipelineConfig, adapter: Path) -> str:
-    return {"prompted": f"prompted:{cfg.base_model}", "tuned": f"tuned:{adapter}"}.get(name, name)
+MODEL_SLOT = "{model}"  # in a served form: filled once with the tuned adapter, once with its prompted base
+
+
+def controller_specs(name: str, cfg: PipelineConfig, adapter: Path) -> list[str]:
+    """The controllers an `eval_controllers` entry names. `prompted` and `tuned` are the base model and
+    the trained adapter; a served form with a `{model}` slot (`when=residual:{model};where={model};
+    what=heuristic`) is evaluated with both, so the tuned form meets its fair control: the same form
+    with the untrained model, not the whole prompted controller."""
+    models = {"prompted": f"prompted:{cfg.base_model}", "tuned": f"tuned:{adapter}"}
+    if MODEL_SLOT in name:
+        return [name.replace(MODEL_SLOT, models[kind]) for kind in ("tuned", "prompted")]
+    return [models.get(name, name)]
 
 
 # --- the stages, in the order they run ----------------------------------------------------------------------
@@ -156,7 +175,7 @@ def run_pipeline(cfg: PipelineConfig) -> Path:
     if cfg.dpo_config:
         adapters.append(dpo_stage(stages, cfg, data, adapters[0]))
     adapter = adapters[-1]
-    specs = [controller_spec(c, cfg, adapter) for c in cfg.eval_controllers]
+    specs = [spec for c in cfg.eval_controllers for spec in controller_specs(c, cfg, adapter)]
     ce_dir = controller_eval_stage(stages, cfg, data, adapters, specs, row_groups(cfg, rollouts))
     eval_dirs = [eval_stage(stages, cfg, suite, adapter, specs) for suite in cfg.suites if suite.test_variations]
 
@@ -307,6 +326,8 @@ def eval_stage(stages: Stages, cfg: PipelineConfig, suite: Suite, adapter: Path,
         controller=specs,
         budget_agent=suite.budget_agent or cfg.budget_agent,
         budget_rollback=cfg.budget_rollback,
+        budget_controller=cfg.budget_controller,
+        charge_controller=cfg.charge_controller,
         review_interval=cfg.review_interval,
         workers=cfg.workers,
         policy=suite.policy or cfg.policy,
@@ -315,8 +336,8 @@ def eval_stage(stages: Stages, cfg: PipelineConfig, suite: Suite, adapter: Path,
     )
     settings = _key_settings(
         ec,
-        "env tasks split variations methods controller budget_agent budget_rollback review_interval workers policy "
-        "policy_mode error_rate",
+        "env tasks split variations methods controller budget_agent budget_rollback budget_controller "
+        "charge_controller review_interval workers policy policy_mode error_rate",
     )
     return stages.run(
         f"eval-{suite.label}", settings, lambda d: evaluate(replace(ec, out=str(d))), inputs=[adapter.name]
@@ -328,40 +349,52 @@ def _load(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def headline(specs: list[str], evals: list[dict[str, Any]]) -> list[str]:
-    """Which controller won the RIR comparison on the test split, by how much, at what cost."""
+def pooled_rir_controllers(evals: list[dict[str, Any]]) -> dict[str, tuple[float, int, float]]:
+    """Each RIR controller's (success rate, episodes, agent calls per episode), pooled over the suites."""
     pooled: dict[str, list[float]] = {}
     for summary in evals:
         for name, s in summary.get("methods", {}).items():
             method, _, controller = name.partition("/")
             if method == "rir" and controller:
-                acc = pooled.setdefault(controller, [0, 0, 0.0])
+                acc = pooled.setdefault(controller, [0.0, 0.0, 0.0])
                 acc[0] += s["success_rate"] * s["episodes"]
                 acc[1] += s["episodes"]
                 acc[2] += s["agent_calls"] * s["episodes"]
+    return {c: (wins / n, int(n), calls / n) for c, (wins, n, calls) in pooled.items() if n}
+
+
+def headline(specs: list[str], evals: list[dict[str, Any]]) -> list[str]:
+    """The RIR controller comparison on the test split. A winner is named only where the paired test
+    says so: the best controller beats every other one at p < 0.05 (exact McNemar, pooled over the
+    suites); otherwise "no significant difference", with the discordant counts. Agent calls never
+    break a tie: a rule costs none, so a tie would always go to it."""
+    pooled = pooled_rir_controllers(evals)
     if not pooled:
         return ["No RIR episodes were evaluated, so no controller comparison is available."]
-    ranked = sorted(pooled.items(), key=lambda kv: (-kv[1][0] / kv[1][1], kv[1][2] / kv[1][1]))
-    (best, b), rest = ranked[0], ranked[1:]
-    line = (
-        f"**Winner: `{best}`** with {b[0] / b[1]:.1%} test success over {int(b[1])} RIR episodes, "
-        f"at {b[2] / b[1]:.1f} agent calls per episode"
+    ranked = sorted(pooled, key=lambda c: -pooled[c][0])
+    best = ranked[0]
+
+    def rate(c: str) -> str:
+        return f"`{c}` {pooled[c][0]:.1%} ({pooled[c][2]:.1f} agent calls)"
+
+    if len(ranked) == 1:
+        return [f"Only `{best}` was evaluated with RIR: {pooled[best][0]:.1%} over {pooled[best][1]} test episodes."]
+    tests = {c: combine(x for e in evals if (x := find_comparison(e, f"rir/{best}", f"rir/{c}"))) for c in ranked[1:]}
+    counts = "; ".join(
+        f"vs `{c}` {t.a_only} vs {t.b_only} discordant, p = {t.p_value:.3g}" for c, t in tests.items() if t
     )
-    if rest:
-        second, s = rest[0]
-        line += (
-            f"; runner-up `{second}` {s[0] / s[1]:.1%} ({(b[0] / b[1] - s[0] / s[1]) * 100:+.1f} points, "
-            f"{s[2] / s[1]:.1f} calls)."
-        )
-    others = [f"`{c}` {v[0] / v[1]:.1%} at {v[2] / v[1]:.1f} calls" for c, v in rest[1:]]
-    if rest:
-        paired = combine(c for e in evals if (c := find_comparison(e, f"rir/{best}", f"rir/{rest[0][0]}")) is not None)
-        if paired is not None:
-            line += (
-                f" Paired over {paired.episodes} episodes: {paired.a_only} vs {paired.b_only} discordant, "
-                f"exact McNemar p = {paired.p_value:.3g}{' (significant)' if paired.significant else ''}."
-            )
-    return [line] + ([f"Others: {', '.join(others)}."] if others else [])
+    if tests and all(t is not None and t.significant and t.a_only > t.b_only for t in tests.values()):
+        return [
+            f"**Winner: `{best}`** with {pooled[best][0]:.1%} test success over {pooled[best][1]} RIR episodes "
+            f"({pooled[best][2]:.1f} agent calls per episode), ahead of every other controller in paired "
+            f"episodes: {counts}.",
+            f"Others: {', '.join(rate(c) for c in ranked[1:])}.",
+        ]
+    return [
+        f"**No significant difference** between the controllers on {pooled[best][1]} paired test episodes "
+        f"each (exact McNemar, p >= 0.05 for at least one pair): {', '.join(rate(c) for c in ranked)}. "
+        f"Paired, the highest rate {counts}.",
+    ]
 
 
 def offline_verdict(ce_dir: Path, specs: list[str]) -> list[str]:
@@ -406,6 +439,10 @@ def benchmark_table(envs: list[str], evals: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def _bound(cfg: PipelineConfig) -> str:
+    return "unbounded" if cfg.budget_controller is None else str(cfg.budget_controller)
+
+
 def final_report(
     cfg: PipelineConfig, specs: list[str], ce_dir: Path, eval_dirs: list[Path], timings: dict[str, float], wall_s: float
 ) -> str:
@@ -419,7 +456,9 @@ def final_report(
         + [
             "",
             f"Base model `{cfg.base_model}`, policy `{cfg.policy}` (error rate {cfg.error_rate}), "
-            f"budgets B_agent={cfg.budget_agent}, B_rb={cfg.budget_rollback}; pipeline wall time {wall_s:.0f}s.",
+            f"budgets B_agent={cfg.budget_agent}, B_rb={cfg.budget_rollback}, "
+            + ("controller calls charged to B_agent" if cfg.charge_controller else f"B_ctrl={_bound(cfg)}")
+            + f"; pipeline wall time {wall_s:.0f}s.",
             "",
         ]
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,13 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+def error_bar(wins: int, n: int) -> tuple[float, float]:
+    """The Wilson interval as distances below and above the rate, never negative: at 0% and 100% a
+    bound equals the rate up to rounding, which can fall a hair on the wrong side of it."""
+    lo, hi = wilson_interval(wins, n)
+    return max(0.0, wins / n - lo), max(0.0, hi - wins / n)
+
+
 def plot_success(records: list[EpisodeRecord], out: Path) -> Path:
     groups: dict[str, list[EpisodeRecord]] = defaultdict(list)
     for r in records:
@@ -31,10 +39,10 @@ def plot_success(records: list[EpisodeRecord], out: Path) -> Path:
     rates, lows, highs = [], [], []
     for name in names:
         wins, n = sum(r.success for r in groups[name]), len(groups[name])
-        lo, hi = wilson_interval(wins, n)
         rates.append(wins / n)
-        lows.append(wins / n - lo)
-        highs.append(hi - wins / n)
+        low, high = error_bar(wins, n)
+        lows.append(low)
+        highs.append(high)
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.5))
     ax.barh(names, rates, xerr=[lows, highs], color="#4C72B0", capsize=3)
     ax.set_xlim(0, 1)
@@ -84,7 +92,13 @@ def plot_restore_offsets(records: list[EpisodeRecord], out: Path) -> Path:
 
 
 def write_plots(records: list[EpisodeRecord], out: Path, sweep: bool) -> list[Path]:
-    paths = [plot_success(records, out), plot_rollbacks(records, out), plot_restore_offsets(records, out)]
-    if sweep:
-        paths.append(plot_budget(records, out))
+    """Every plot that can be drawn; one that fails is reported and skipped, never the report's end."""
+    plots = [plot_success, plot_rollbacks, plot_restore_offsets] + ([plot_budget] if sweep else [])
+    paths = []
+    for plot in plots:
+        try:
+            paths.append(plot(records, out))
+        except Exception as err:  # noqa: BLE001 - a plot is decoration; the summary and report must still arrive
+            plt.close("all")
+            print(f"warning: skipped plot {plot.__name__} ({type(err).__name__}: {err})", file=sys.stderr)
     return paths

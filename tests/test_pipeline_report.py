@@ -1,0 +1,58 @@
+"""The pipeline's headline names a winner only where the paired test says so, and a served form with
+a `{model}` slot meets its fair control (the same form with the prompted base)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eval.pipeline import PipelineConfig, controller_specs, headline
+from eval.summary import summarize
+from tests.factories import episode_record
+
+
+def summary_of(outcomes: dict[str, str]) -> dict:
+    """A summary.json body from one string of outcomes per method key ('1' success), one variation each."""
+    records = [
+        episode_record(method=key.partition("/")[0], controller=key.partition("/")[2] or "-", variation=v,
+                       success=c == "1", episode_id=f"{key}/{v}")
+        for key, results in outcomes.items()
+        for v, c in enumerate(results)
+    ]  # fmt: skip
+    return summarize(records, config={})
+
+
+def test_a_tie_names_no_winner_and_gives_the_discordant_counts() -> None:
+    """The quickstart's old headline broke a 0 vs 0 tie by agent calls, which always favours the rule."""
+    summary = summary_of({"rir/heuristic": "11110000", "rir/prompted:m": "11110000", "react": "11110000"})
+    line = " ".join(headline([], [summary]))
+    assert "Winner" not in line and "No significant difference" in line and "0 vs 0 discordant, p = 1" in line
+
+
+def test_a_lead_that_the_test_does_not_support_names_no_winner() -> None:
+    summary = summary_of({"rir/tuned:a": "1111100000", "rir/heuristic": "1110000000"})  # 2 vs 0: p = 0.5
+    line = " ".join(headline([], [summary]))
+    assert "Winner" not in line and "2 vs 0 discordant, p = 0.5" in line
+
+
+def test_a_significant_lead_over_every_other_controller_is_a_winner() -> None:
+    summary = summary_of({"rir/tuned:a": "1" * 12 + "0" * 4, "rir/heuristic": "0" * 16, "rir/oracle": "0" * 16})
+    lines = headline([], [summary])
+    assert lines[0].startswith("**Winner: `tuned:a`**") and "12 vs 0 discordant" in lines[0]
+
+
+def test_a_winner_must_beat_every_other_controller_not_only_the_runner_up() -> None:
+    summary = summary_of(
+        {"rir/tuned:a": "1" * 12 + "0" * 4, "rir/heuristic": "1" * 11 + "0" * 5, "rir/prompted:m": "0" * 16}
+    )
+    assert "No significant difference" in headline([], [summary])[0]
+
+
+def test_a_served_form_with_a_model_slot_is_evaluated_with_the_adapter_and_its_prompted_base() -> None:
+    cfg = PipelineConfig(base_model="gemma3-270m")
+    form = "when=residual:{model};where={model};what=heuristic"
+    assert controller_specs(form, cfg, Path("runs/x/sft")) == [
+        "when=residual:tuned:runs/x/sft;where=tuned:runs/x/sft;what=heuristic",
+        "when=residual:prompted:gemma3-270m;where=prompted:gemma3-270m;what=heuristic",
+    ]
+    assert controller_specs("tuned", cfg, Path("a")) == ["tuned:a"]
+    assert controller_specs("heuristic", cfg, Path("a")) == ["heuristic"]
