@@ -198,6 +198,12 @@ def cmd_mistakes(args: argparse.Namespace) -> int:
     return mistakes_main(args.run)
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from eval.view import main as view_main
+
+    return view_main(args.run, args.episode, args.out)
+
+
 def cmd_trace_upgrade(args: argparse.Namespace) -> int:
     from rir_runtime.trace.upgrade import upgrade_run
 
@@ -319,6 +325,13 @@ def _add_analysis(sub: argparse._SubParsersAction) -> None:
         "--run", required=True, help="a folder written by rir eval or rir rollout (holds episodes*.jsonl)"
     )
     mistakes.set_defaults(handler=cmd_mistakes)
+    view = sub.add_parser(
+        "view", help="one self-contained HTML page of a run: report, episode index, branch trees, side by side"
+    )
+    view.add_argument("run", help="a folder written by rir eval or rir rollout (holds episodes*.jsonl)")
+    view.add_argument("--episode", default=None, help="render only this episode id (with its side-by-side view)")
+    view.add_argument("--out", default=None, help="where to write the page (default: <run>/view.html)")
+    view.set_defaults(handler=cmd_view)
     trace = sub.add_parser("trace", help="episode trace files: convert those written by an older rir")
     trace_sub = trace.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
     upgrade = trace_sub.add_parser(
