@@ -30,7 +30,8 @@ from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import RestoreError
 from rir_runtime.guidance import Guidance
 from rir_runtime.memory import ReflectionMemory
-from rir_runtime.policies import AgentContext, Policy
+from rir_runtime.policies import Policy
+from rir_runtime.values import play_on
 
 if TYPE_CHECKING:
     from data_gen.hindsight import DecisionPoint
@@ -102,21 +103,11 @@ class AgentValue:
         self.continuations += 1
         policy = self.make_policy(env, k)
         memory = self._memory(point, prefix, kept)
-        history, observation = prefix, obs.text
-        for _ in range(self.max_steps):
-            ctx = AgentContext(
-                point.task.key, point.objective, memory, history, observation, env.admissible_actions, self.guidance
-            )
-            act = policy.act(ctx)
-            if act.kind != "task":
-                return False  # a final response or a rollback call: this continuation did not win
-            result = env.step(act.text)
-            self.env_steps += 1
-            history += (Step(len(history), act.text, result.observation, result.score, result.won, result.lost),)
-            observation = result.observation
-            if result.done:
-                return result.won
-        return False
+        won, steps = play_on(
+            env, policy, point.task.key, point.objective, memory, prefix, obs.text, self.guidance, self.max_steps
+        )
+        self.env_steps += steps
+        return won
 
     def _write(self, key: str, won: bool) -> None:
         if self.cache_file is None:

@@ -297,7 +297,9 @@ def controller_eval_stage(
     from eval.controller_eval import ControllerEvalConfig, evaluate_controllers
 
     tuned = [f"tuned:{a}" for a in adapters]
-    controllers = [c for s in specs if s != "oracle" for c in (tuned if s.startswith("tuned:") else [s])]
+    controllers = [
+        c for s in specs if s not in ("oracle", "oracle-agent") for c in (tuned if s.startswith("tuned:") else [s])
+    ]
     cc = ControllerEvalConfig(
         data=str(data),
         controller=controllers,

@@ -105,6 +105,31 @@ def paired_table(summary: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def room_table(summary: dict[str, Any]) -> str:
+    """Per grid cell (all episodes, then each task): react, the heuristic, the two oracles and the room,
+    oracle-agent minus heuristic, with its paired counts and exact McNemar p."""
+    rows = summary.get("room", [])
+    if not rows:
+        return ""
+
+    def rate(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1%}"
+
+    lines = [
+        "| method | cell | episodes | react | heuristic | oracle (V_expert) | oracle-agent (V_agent) | room | "
+        "agent-oracle only | heuristic only | p |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        mark = "*" if r["significant"] else ""
+        lines.append(
+            f"| {r['method']} | {r['scope']} | {r['episodes']} | {rate(r['react'])} | {rate(r['heuristic'])} | "
+            f"{rate(r['oracle_expert'])} | {rate(r['oracle_agent'])} | {r['diff'] * 100:+.1f} pts | {r['a_only']} | "
+            f"{r['b_only']} | {r['p_value']:.3g}{mark} |"
+        )
+    return "\n".join(lines)
+
+
 def offsets_table(records: list[EpisodeRecord]) -> str:
     offsets = restore_offsets(records)
     if not offsets:
@@ -153,6 +178,19 @@ def write_report(
             f"succeeded and the second failed. `*`: p < {ALPHA}, not corrected for the number of pairs.",
             "",
             pairs,
+            "",
+        ]
+    rooms = room_table(summary)
+    if rooms:
+        lines += [
+            "## Room for a better controller",
+            "",
+            "`oracle-agent` recovers where continuations of this very agent say a recovery (its lesson kept) "
+            "beats going on, to the best checkpoint: what a perfect When and Where could do for this agent. The "
+            "room is its success minus the heuristic's on the same episodes; `oracle` values by the expert's plan "
+            f"instead. `*`: p < {ALPHA}.",
+            "",
+            rooms,
             "",
         ]
     offsets = offsets_table(records)

@@ -69,14 +69,55 @@ def _known_mean(values: list[int | None]) -> float | None:
 
 
 def summarize(records: Iterable[EpisodeRecord], config: dict[str, Any]) -> dict[str, Any]:
+    records = list(records)
     groups: dict[str, list[EpisodeRecord]] = defaultdict(list)
     for r in records:
         groups[r.method_key].append(r)
-    return {
+    summary = {
         "methods": {k: summarize_group(v) for k, v in groups.items()},
         "paired": [c.to_dict() for c in pairwise(groups)],
         "config": config,
     }
+    if rooms := room(records):
+        summary["room"] = rooms
+    return summary
+
+
+ROOM_BOUND, ROOM_BASE = "oracle-agent", "heuristic"  # the room: what a better controller could add on this agent
+
+
+def room(records: list[EpisodeRecord]) -> list[dict[str, Any]]:
+    """The room a learned controller has: `<method>/oracle-agent` minus `<method>/heuristic`, paired,
+    over all episodes of the run and per task (a grid cell), for every method that ran both; with
+    react, `<method>/oracle` (valued by the expert) beside it. Empty when no method ran both."""
+    methods = sorted({r.method for r in records if r.controller == ROOM_BOUND})
+    rows = []
+    for method in methods:
+        bound, base = f"{method}/{ROOM_BOUND}", f"{method}/{ROOM_BASE}"
+        scopes = [("all", records)] + [
+            (t, [r for r in records if r.task == t]) for t in sorted({r.task for r in records})
+        ]
+        for scope, chosen in scopes:
+            by_key: dict[str, list[EpisodeRecord]] = defaultdict(list)
+            for r in chosen:
+                by_key[r.method_key].append(r)
+            if not by_key.get(bound) or not by_key.get(base):
+                continue
+            rates = {k: round(sum(r.success for r in v) / len(v), 4) for k, v in by_key.items()}
+            (test,) = pairwise({bound: by_key[bound], base: by_key[base]})
+            test = test if test.a == bound else test.swapped()
+            rows.append(
+                {
+                    "method": method,
+                    "scope": scope,
+                    "react": rates.get("react"),
+                    "heuristic": rates[base],
+                    "oracle_expert": rates.get(f"{method}/oracle"),
+                    "oracle_agent": rates[bound],
+                    **{k: v for k, v in test.to_dict().items() if k not in ("a", "b")},
+                }
+            )
+    return rows
 
 
 def restore_offsets(records: list[EpisodeRecord]) -> dict[str, list[int]]:

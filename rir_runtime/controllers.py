@@ -7,6 +7,8 @@ Every controller answers the same four calls with a `Decision` whose value has t
 - `PromptedController`: any model through a backend; one retry on a parse error, then the safe
   default (continue / latest admissible checkpoint / empty reflection), counted.
 - `OracleController`: hindsight values by branch re-execution (an upper bound; also labels).
+- `AgentOracleController` (`oracle-agent`): the same, valued by continuations of the agent being
+  controlled, with a recovery's lesson kept: the upper bound on this agent.
 - `CompositeController`: one module from each, e.g. a tuned Where with a prompted When.
 - `SignalGatedController` (`gated:<spec>`, `residual:<spec>`): a model-backed controller whose
   scheduled reviews ask the model only when a failure signal is visible (`gated:`), or only when
@@ -18,8 +20,8 @@ adapter's backend; `make_controller` resolves the names.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol
 
 from rir_runtime.decisions import ANSWER_OPENING, Decision, DecisionKind, Reflection, Review, dump, parse
 from rir_runtime.errors import ParseError, RIRError, UnknownNameError, UserInputError
@@ -27,6 +29,9 @@ from rir_runtime.llm.base import Backend
 from rir_runtime.prompts import DecisionContext, content_tokens, ending, fit_decision
 from rir_runtime.signals import ERROR_OBSERVATION
 from rir_runtime.structured import failure_record, fill_reflection, grounded
+
+if TYPE_CHECKING:
+    from rir_runtime.values import Hindsight
 
 # A model controller's prompt budget when nothing says otherwise (a tuned adapter's card does).
 DEFAULT_PROMPT_TOKENS = 2048
@@ -233,6 +238,48 @@ class OracleController(HeuristicController):
         return Decision("locate_fine", self._best_restore(ctx))
 
 
+class AgentOracleController(HeuristicController):
+    """Hindsight relative to the agent being controlled: `V_agent` of continuing and of a recovery to
+    each admissible checkpoint with its lesson kept, by continuations of this very agent
+    (`ctx.hindsight.agent_value`). It recovers where a recovery beats continuing, to the latest
+    checkpoint of highest value, and its What is the rule's record of that step: the lesson its values
+    assumed. Its success minus the heuristic's is the room a learned When and Where has on this agent;
+    `oracle`, valued by the expert's plan, can call a loop the agent never leaves winnable."""
+
+    name = "oracle-agent"
+    uses_hindsight = True
+
+    @staticmethod
+    def _hindsight(ctx: DecisionContext) -> Hindsight:
+        if ctx.hindsight is None:
+            raise RIRError("the oracle-agent controller needs hindsight values: run it inside an EpisodeRunner")
+        return ctx.hindsight
+
+    def best_restore(self, ctx: DecisionContext) -> tuple[int, float]:
+        """The latest admissible checkpoint of highest `V_agent` (with the lesson kept), and that value."""
+        value = self._hindsight(ctx).agent_value
+        values = {i: value(i) for i in ctx.admissible}
+        best = max(values.values())
+        return max(i for i, v in values.items() if v == best), best
+
+    def review(self, ctx: DecisionContext) -> Decision:
+        if not ctx.admissible:
+            return Decision("review", Review("continue", "no admissible checkpoint"))
+        r, best = self.best_restore(ctx)
+        now = self._hindsight(ctx).agent_value(None)
+        if best > now:
+            return Decision("review", Review("recover", f"a recovery to {r} succeeds {best:.0%}, continuing {now:.0%}"))
+        return Decision("review", Review("continue", f"no recovery beats continuing ({now:.0%})"))
+
+    def locate_coarse(self, ctx: DecisionContext) -> Decision:
+        return Decision("locate_coarse", segments_containing(ctx, self.best_restore(ctx)[0]))
+
+    def locate_fine(self, ctx: DecisionContext) -> Decision:
+        a, b = ctx.segment or (0, len(ctx.history) + 1)
+        inside = replace(ctx, admissible=tuple(i for i in ctx.admissible if a <= i < b))
+        return Decision("locate_fine", self.best_restore(inside)[0] if inside.admissible else latest_admissible_in(ctx))
+
+
 # --- prompted (and tuned) --------------------------------------------------------------------------
 def candidates(kind: DecisionKind, ctx: DecisionContext) -> list[tuple[str, object]]:
     """The closed answer set of a review or locate decision, as JSON prefixes of the training
@@ -400,6 +447,7 @@ def gated_spec(spec: str) -> tuple[str, str] | None:
 CONTROLLER_KINDS = (
     "heuristic",
     "oracle",
+    "oracle-agent",
     "prompted:<model>",
     "tuned:<adapter-folder>",
     "gated:<prompted or tuned controller>",
@@ -433,6 +481,8 @@ def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None 
         return HeuristicController()
     if kind == "oracle":
         return OracleController()
+    if kind == "oracle-agent":
+        return AgentOracleController()
     if kind in ("random-review", "random-restore"):
         return ExploringController(kind == "random-review", kind == "random-restore")
     if kind in ("prompted", "tuned") and arg:
@@ -458,6 +508,7 @@ def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None 
 
 
 __all__ = [
+    "AgentOracleController",
     "CompositeController",
     "Controller",
     "HeuristicController",

@@ -222,7 +222,7 @@ def check_controller_name(spec: str) -> None:
             continue
         if kind == "prompted" and arg:
             continue
-        if kind not in ("heuristic", "oracle", "random-review", "random-restore") or arg:
+        if kind not in ("heuristic", "oracle", "oracle-agent", "random-review", "random-restore") or arg:
             raise UnknownNameError("controller", spec, list(CONTROLLER_KINDS))
 
 

@@ -13,12 +13,14 @@ against B_agent too. None is ever exceeded: each is checked before the call it w
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from rir_runtime.budgets import Budgets
-from rir_runtime.controllers import Controller, failure_signal, latest_admissible_in
+from rir_runtime.controllers import Controller, failure_signal, latest_admissible_in, reflection_for
 from rir_runtime.decisions import Decision, Reflection, Review, dump
 from rir_runtime.envs.base import Env, TaskSpec
 from rir_runtime.envs.checkpoints import CheckpointStore, Step
@@ -45,7 +47,7 @@ from rir_runtime.trace import (
     StepEvent,
     ToolErrorEvent,
 )
-from rir_runtime.values import Hindsight, ValueProbe
+from rir_runtime.values import AgentProbe, Hindsight, Option, ValueProbe
 
 ENDED_WITHOUT_WIN = "the episode ended without a win: there is nothing to continue"
 
@@ -105,9 +107,11 @@ class EpisodeRunner:
         budgets: Budgets = DEFAULT_BUDGETS,
         review_interval: int = 4,
         memory_chars: int = 1200,
+        hindsight_rollouts: int = 1,
     ) -> None:
         self.env, self.policy, self.controller, self.preset = env, policy, controller, preset
         self.budgets, self.review_interval, self.memory_chars = budgets, review_interval, memory_chars
+        self.hindsight_rollouts = hindsight_rollouts  # K continuations per option of `oracle-agent`
 
     # --- the loop -------------------------------------------------------------------------------
     def run(self, task: TaskSpec) -> EpisodeRecord:
@@ -122,8 +126,11 @@ class EpisodeRunner:
         ep = Episode(task, obs.objective, memory, observation=obs.text, score=obs.score)
         ep.store.save(self.env, ())
         probe = ValueProbe(self.env)
+        agent = AgentProbe(
+            self.env, lambda env, k: self.policy.fork(env, k), self.preset.guidance, self.hindsight_rollouts
+        )
         if self.controller.uses_hindsight:
-            ep.hindsight = Hindsight(probe, lambda i: ep.store[i].snapshot)
+            ep.hindsight = Hindsight(probe, lambda i: ep.store[i].snapshot, partial(self._option_value, ep, agent))
         schedule = ReviewSchedule(base=max(1, self.review_interval), maximum=max(16, self.review_interval))
         ep.max_score = self.env.max_score()
         if self.budgets.relative_agent:  # the expert's path can cost seconds to plan: only when asked
@@ -148,7 +155,7 @@ class EpisodeRunner:
                     continue
             self._agent_turn(ep, schedule)
 
-        return self._record(ep, probe, time.perf_counter() - start)
+        return self._record(ep, probe.env_steps + agent.env_steps, time.perf_counter() - start)
 
     def _agent_turn(self, ep: Episode, schedule: ReviewSchedule) -> None:
         ctx = AgentContext(
@@ -230,6 +237,19 @@ class EpisodeRunner:
         if self.budgets.charge_controller:
             return ep.agent_budget - self._charged(ep)
         return None if self.budgets.controller is None else self.budgets.controller - ep.controller_calls
+
+    # --- hindsight for oracle-agent --------------------------------------------------------------------
+    def _option_value(self, ep: Episode, agent: AgentProbe, option: Option) -> float:
+        """`V_agent` of an option, as this episode would play it: continue the branch (None), or recover
+        to checkpoint `option` keeping the reflection the rule writes there (the record `oracle-agent`
+        then writes), under this preset's memory; in both, the agent plays on with the calls it has left."""
+        memory = copy.deepcopy(ep.memory)
+        start = ep.store[ep.t if option is None else option]
+        if option is not None and self.preset.memory != "none":
+            lesson = reflection_for(self._context(ep, "reflect", restore_point=option), option)
+            memory.keep(lesson, ep.history, option, self.preset.remember_abandoned)
+        calls = min(ep.agent_budget - self._charged(ep), self.budgets.max_steps - ep.env_steps)
+        return agent.value(ep.task.key, ep.objective, start.snapshot, start.history, memory, calls)
 
     # --- recovery: When, Where, What ---------------------------------------------------------------
     def _recover_allowed(self, ep: Episode) -> bool:
@@ -390,7 +410,7 @@ class EpisodeRunner:
         return True
 
     # --- the record ---------------------------------------------------------------------------------
-    def _record(self, ep: Episode, probe: ValueProbe, wall_s: float) -> EpisodeRecord:
+    def _record(self, ep: Episode, oracle_env_steps: int, wall_s: float) -> EpisodeRecord:
         task = ep.task
         first_errors = [e.t - 1 for e in ep.events if isinstance(e, StepEvent) and e.injected_error]
         return EpisodeRecord(
@@ -419,7 +439,7 @@ class EpisodeRunner:
             wall_s=round(wall_s, 4),
             parse_failures=ep.parse_failures,
             restore_divergences=ep.store.divergences,
-            oracle_env_steps=probe.env_steps,
+            oracle_env_steps=oracle_env_steps,
             first_error_step=first_errors[0] if first_errors else None,
             stop_reason=ep.stop_reason,
             memory=ep.memory.snapshot(),

@@ -61,6 +61,11 @@ class Policy(Protocol):
 
     def act(self, ctx: AgentContext) -> AgentAction: ...
 
+    def fork(self, env: Env, k: int) -> Policy:
+        """A copy that acts on `env` as this agent would from here on (continuation k of `V_agent`;
+        k = 0 is the agent's own future), leaving this one untouched."""
+        ...
+
 
 # --- the error-injected expert ---------------------------------------------------------------------
 def _unit(*parts: str) -> float:
@@ -96,6 +101,13 @@ class NoisyExpertPolicy:
         # plan remaining after acting in each state (keyed by the branch's action prefix)
         self._after: dict[tuple[str, ...], list[str]] = {}
         self._pending: frozenset[tuple[str, ...]] = frozenset()  # states where a mistake replaced the plan step
+
+    def fork(self, env: Env, k: int) -> NoisyExpertPolicy:
+        """Continuation k draws its errors with seed + 1000k: k = 0 makes the very mistakes this agent
+        would, and remembers the plans it has seen (a silent mistake leaves the expert without one)."""
+        twin = NoisyExpertPolicy(env, self.error_rate, self.seed + 1000 * k)
+        twin._after, twin._pending = dict(self._after), self._pending
+        return twin
 
     def act(self, ctx: AgentContext) -> AgentAction:
         state = tuple(s.action for s in ctx.history)
@@ -201,6 +213,11 @@ class LLMPolicy:
         if mode not in MODES:
             raise UnknownNameError("LLM action mode", mode, list(MODES))
         self.backend, self.mode, self.name = backend, mode, name
+
+    def fork(self, env: Env, k: int) -> LLMPolicy:
+        """The same model and mode (the agent keeps no state between calls; ranking is greedy, so one
+        continuation is what it would do)."""
+        return LLMPolicy(self.backend, self.mode, self.name)
 
     def act(self, ctx: AgentContext) -> AgentAction:
         messages = agent_prompt(ctx.objective, ctx.memory.render(), ctx.history, ctx.observation, ctx.actions)

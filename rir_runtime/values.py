@@ -1,18 +1,26 @@
 """Hindsight values by branch re-execution: `V(C_i)`, the chance to still succeed from checkpoint i.
 
-From a checkpoint the oracle plan (the environment's expert) is followed to the end; success
-means the task can still be completed from there. Used by the oracle controller (an upper bound)
-and by data_gen's hindsight labels. Where errors are irreversible, `V` can only fall along a
-branch, so the latest checkpoint with maximal `V` is found by bisection in O(log n) probes.
+Two policies can be followed from a checkpoint. `V_expert` (`ValueProbe`) follows the environment's
+expert plan to the end: whether the task can still be completed at all. `V_agent` (`AgentProbe`)
+continues the agent being controlled, with the memory a decision would leave it: whether *this*
+agent still succeeds, so a loop it cannot leave reads as lost. The oracle controllers use them
+(upper bounds: `oracle`, `oracle-agent`) and data_gen's hindsight labels do. Where errors are
+irreversible, `V_expert` can only fall along a branch, so the latest checkpoint with maximal `V` is
+found by bisection in O(log n) probes.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rir_runtime.envs.base import Env, Snapshot
-from rir_runtime.errors import RestoreError
+from rir_runtime.envs.checkpoints import Step
+from rir_runtime.errors import RestoreError, RIRError
+from rir_runtime.guidance import Guidance
+from rir_runtime.memory import ReflectionMemory
+from rir_runtime.policies import AgentContext, Policy
 
 
 @dataclass
@@ -86,15 +94,125 @@ def latest_best_bisect(indices: list[int], value: Callable[[int], float]) -> tup
     return indices[lo], values
 
 
+def play_on(
+    env: Env,
+    policy: Policy,
+    task: str,
+    objective: str,
+    memory: ReflectionMemory,
+    history: tuple[Step, ...],
+    observation: str,
+    guidance: Guidance,
+    max_calls: int,
+) -> tuple[bool, int]:
+    """Let the agent act from where the environment stands until the episode ends or `max_calls`
+    actions are spent, without any recovery: (won, environment steps). A final response or a
+    rollback call ends it unwon. `V_agent` and its labels run every continuation through this."""
+    steps = 0
+    for _ in range(max_calls):
+        ctx = AgentContext(task, objective, memory, history, observation, env.admissible_actions, guidance)
+        act = policy.act(ctx)
+        if act.kind != "task":
+            return False, steps
+        result = env.step(act.text)
+        steps += 1
+        history += (Step(len(history), act.text, result.observation, result.score, result.won, result.lost),)
+        observation = result.observation
+        if result.done:
+            return result.won, steps
+    return False, steps
+
+
+# (environment, continuation k) -> the agent continuation k plays; k = 0 meets the agent's own future
+PolicyFork = Callable[[Env, int], Policy]
+
+
+@dataclass
+class AgentProbe:
+    """`V_agent`: the share of K continuations of the controlled agent that succeed from a snapshot
+    with a given memory, each capped at the agent calls it has left. Cached by (start, memory,
+    cap, k): a deterministic agent (the scripted expert; an LLM ranking greedily) needs K = 1, and
+    reviews of one branch share most of their continuations. The environment is returned to where it
+    was after each probe, so it can run in the middle of an episode."""
+
+    env: Env
+    fork: PolicyFork
+    guidance: Guidance = field(default_factory=Guidance)
+    rollouts: int = 1
+    env_steps: int = 0
+    continuations: int = 0
+    _cache: dict[str, float] = field(default_factory=dict)
+
+    def value(
+        self,
+        task: str,
+        objective: str,
+        start: Snapshot,
+        history: tuple[Step, ...],
+        memory: ReflectionMemory,
+        max_calls: int,
+    ) -> float:
+        key = json.dumps([task, [s.action for s in history], memory.snapshot().to_json(), max_calls])
+        if key not in self._cache:
+            here = self.env.checkpoint()
+            try:
+                wins = [
+                    self._continue(task, objective, start, history, memory, max_calls, k) for k in range(self.rollouts)
+                ]
+            finally:
+                self.env.restore(here)
+            self._cache[key] = sum(wins) / len(wins)
+        return self._cache[key]
+
+    def _continue(
+        self,
+        task: str,
+        objective: str,
+        start: Snapshot,
+        history: tuple[Step, ...],
+        memory: ReflectionMemory,
+        max_calls: int,
+        k: int,
+    ) -> bool:
+        try:
+            obs = self.env.restore(start)
+        except RestoreError:
+            return False
+        if start.kind == "replay":  # a replay re-executes the prefix: count it as spent
+            self.env_steps += len(start.actions)
+        self.continuations += 1
+        policy = self.fork(self.env, k)
+        won, steps = play_on(self.env, policy, task, objective, memory, history, obs.text, self.guidance, max_calls)
+        self.env_steps += steps
+        return won
+
+
+# An option of a recovery decision: None = continue the branch as it is; i = restore to checkpoint i
+# keeping the lesson a recovery there would write (i = the current checkpoint: stay, with the lesson).
+Option = int | None
+
+
 class Hindsight:
-    """`V(C_i)` for the checkpoints of a running episode: what the oracle controller may look at.
+    """What the oracle controllers may look at in a running episode: `value(i)`, `V_expert(C_i)`, and,
+    where the loop can continue its agent, `agent_value(option)`, `V_agent` of continuing or of a
+    recovery to checkpoint i with its lesson kept.
 
     The loop creates one per episode and hands it to controllers that ask for hindsight
     (`uses_hindsight`) inside their `DecisionContext`; nothing else can see the future.
     """
 
-    def __init__(self, probe: ValueProbe, snapshot: Callable[[int], Snapshot]) -> None:
-        self.probe, self._snapshot = probe, snapshot
+    def __init__(
+        self,
+        probe: ValueProbe,
+        snapshot: Callable[[int], Snapshot],
+        agent_value: Callable[[Option], float] | None = None,
+    ) -> None:
+        self.probe, self._snapshot, self._agent_value = probe, snapshot, agent_value
 
     def value(self, checkpoint: int) -> float:
         return self.probe.value(self._snapshot(checkpoint))
+
+    def agent_value(self, option: Option) -> float:
+        if self._agent_value is None:
+            raise RIRError("this episode cannot continue its agent in hindsight: its loop was given no policy fork")
+        return self._agent_value(option)
