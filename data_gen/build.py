@@ -25,15 +25,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_gen.hindsight import REVIEW_TIES
+from data_gen.hindsight import LABEL_VERSION, REVIEW_TIES
 from data_gen.labelling import label_episodes
 from data_gen.rows import rows_for, token_counter
 from data_gen.splits import calibration_variations, held_out_variations, split_rows, variation_key, warn_about
 from rir_runtime.decisions import DecisionKind
 from rir_runtime.errors import UserInputError
 from rir_runtime.executors import EXECUTORS, check_executor
-from rir_runtime.prompts import DecisionContext, Messages, fit_decision
-from rir_runtime.trace import TRACE_SCHEMA_VERSION, EpisodeRecord, read_records
+from rir_runtime.prompts import DecisionContext, Messages, fit_decision, prompt_format_version
+from rir_runtime.trace import READABLE_SCHEMAS, EpisodeRecord, read_records
 
 SFT = ("review_sft", "locate_sft", "reflect_sft")
 LABEL_VALUES = ("expert", "agent", "agent-lesson")
@@ -125,9 +125,9 @@ def load_runs(folders: list[str]) -> list[tuple[EpisodeRecord, str]]:
         if not run.exists():
             raise UserInputError(f"{path} is not a rollout folder (no run.json): pass folders written by `rir rollout`")
         schema = json.loads(run.read_text()).get("schema")
-        if schema != TRACE_SCHEMA_VERSION:
+        if schema not in READABLE_SCHEMAS:
             raise UserInputError(
-                f"{path} was written with trace schema {schema}; this version reads {TRACE_SCHEMA_VERSION}: "
+                f"{path} was written with trace schema {schema}; this version reads {READABLE_SCHEMAS}: "
                 f"convert it with `rir trace upgrade {path}` (or regenerate it with `rir rollout`)"
             )
         found = [e for f in sorted(path.glob("episodes-*.jsonl")) for e in read_records(f)]
@@ -225,6 +225,8 @@ def build(cfg: BuildConfig) -> dict[str, dict[str, int]]:
         counts[name] = {s: len(r) for s, r in splits.items()}
     summary = {
         "config": asdict(cfg),
+        "label_version": LABEL_VERSION,  # the card of an adapter trained on it keeps both (train/card.py)
+        "prompt_format_version": prompt_format_version("controller"),
         "counts": counts,
         "validation_variations": sorted(held_out - calibration),
         "calibration_variations": sorted(calibration),

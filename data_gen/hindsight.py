@@ -36,6 +36,10 @@ from rir_runtime.trace import EpisodeRecord, ReviewPoint, replay
 from rir_runtime.values import ValueProbe, latest_best_bisect, latest_best_linear
 
 RECOVER_MARGIN = 0.5  # "well below": V must rise by at least this much to justify a recovery
+# What a label means, recorded in build.json and in the cards of adapters trained on the data;
+# `rir eval-controller` refuses to score an adapter on data of another version. Bump it whenever
+# labelling changes what a label means (the margin, the values compared, how ties or stays are labelled).
+LABEL_VERSION = 2
 REVIEW_TIES = ("continue", "heuristic")  # the review label where the values cannot tell the options apart
 
 

@@ -5,6 +5,13 @@
 Each row of the `*_sft` datasets keeps the `DecisionContext` it was rendered from (in `meta`), so
 every controller, model-backed or not, answers the very situation the label was made for.
 Writes `controller_eval.json` and `controller_eval.md` into `--out`.
+
+The Where is scored end to end, as the runtime serves it (`rir_runtime/loop.py` `_localise`): a
+coarse segment of the whole branch, then a checkpoint inside the segment the controller chose. A
+fine-restore row is built inside the labelled segment, so scoring it alone measures the easy half;
+those figures are kept, labelled "given the gold segment". The figures that compare controllers
+carry percentile bootstrap 95% intervals (`eval/metrics.py`), and a `tuned:` adapter trained on data
+of another label or prompt format version than `--data` is refused.
 """
 
 from __future__ import annotations
@@ -13,18 +20,19 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from eval.metrics import auroc, auroc_within, binary_quality
+from eval.metrics import Interval, auroc, auroc_ci, auroc_within, binary_intervals, binary_quality, mean_ci
 from eval.when_features import feature_reference
-from rir_runtime.controllers import make_controller
+from rir_runtime.controllers import gated_spec, latest_admissible_in, make_controller
 from rir_runtime.decisions import Decision, DecisionKind, parse
 from rir_runtime.errors import ParseError, UserInputError
 from rir_runtime.jobs import _backend, check_controller_name
 from rir_runtime.prompts import DecisionContext
 from train.data import answer_class
+from train.grpo_data import complete_values
 from train.reward_eval import decision_reward, review_weights
 
 
@@ -49,8 +57,11 @@ class ControllerEvalConfig:
     def __post_init__(self) -> None:
         for spec in self.controller:
             check_controller_name(spec)
-            if spec == "oracle":
-                raise ValueError("the oracle produced these labels; score heuristic, prompted:<m> or tuned:<adapter>")
+            if spec in ("oracle", "oracle-agent"):
+                raise ValueError(
+                    f"{spec} needs hindsight of a running episode (the oracle produced these labels); score "
+                    "heuristic, prompted:<m> or tuned:<adapter>"
+                )
 
 
 def from_source(row: dict[str, Any], source: list[str]) -> bool:
@@ -65,6 +76,11 @@ def scored_rows(
     come in blocks by rollout folder and task and the first N would be one block. `stratify`: the
     cap is shared equally by decision and answer class (restore points: stay or step back, as far
     as each has rows), so a rare class is scored on more than one or two rows."""
+    return cap_rows(split_rows(data, name, split, source), max_rows, stratify)
+
+
+def split_rows(data: Path, name: str, split: str, source: list[str]) -> list[dict[str, Any]]:
+    """Every scorable row of the split (it keeps its context) from the given rollouts, uncapped."""
     from datasets import load_from_disk
 
     folder = data / name
@@ -73,7 +89,11 @@ def scored_rows(
     dataset = load_from_disk(str(folder))
     if split not in dataset:
         return []
-    rows = [r for r in dataset[split] if r["meta"].get("context") and from_source(r, source)]
+    return [r for r in dataset[split] if r["meta"].get("context") and from_source(r, source)]
+
+
+def cap_rows(rows: list[dict[str, Any]], max_rows: int, stratify: bool = False) -> list[dict[str, Any]]:
+    """At most `max_rows` of `rows` (0: all), as `scored_rows` takes them."""
     if not max_rows or len(rows) <= max_rows:
         return rows
     if not stratify:
@@ -99,6 +119,184 @@ def share_cap(keys: list[Any], n: int) -> list[int]:
 
 def _spaced(items: list[Any], n: int) -> list[Any]:
     return [items[i * len(items) // n] for i in range(n)] if n < len(items) else items
+
+
+# --- the Where end to end -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RestorePoint:
+    """One labelled recovery as the runtime meets it: the context of its `locate_coarse` row (the
+    whole branch's segments; a point whose branch has a single segment has only a `locate_fine` row,
+    and that row's context), the fine label, the current checkpoint and the measured values."""
+
+    ctx: DecisionContext
+    restore: int  # meta.restore: the checkpoint hindsight restores to
+    now: int  # meta.step: the branch's length, the current checkpoint (a stay restores to it)
+    measured: dict[int, float]  # meta.values (probed checkpoints only); empty for rows built without it
+
+
+PointKey = tuple[str, str, int, str]
+
+
+def point_key(row: dict[str, Any]) -> PointKey:
+    """The restore point a locate row belongs to: its episode and step (and rollout folder), and its
+    context without the chosen segment, so two reviews of one episode at the same step stay apart."""
+    meta = row["meta"]
+    ctx = replace(DecisionContext.from_json(meta["context"]), segment=None)
+    return str(meta.get("source_run", "")), str(meta.get("episode_id", "")), int(meta["step"]), ctx.to_json()
+
+
+def restore_points(every: list[dict[str, Any]], scored: list[dict[str, Any]]) -> list[RestorePoint]:
+    """The restore points of the `scored` locate rows, in their order, each from its rows in `every`
+    (the whole split: a cap may have kept a point's fine row and not its coarse one). A point whose
+    rows carry no fine label (`meta.restore`, or a fine row's label) is left out."""
+    keys = {id(row): point_key(row) for row in every}
+    rows_of: dict[PointKey, dict[str, dict[str, Any]]] = {}
+    for row in every:
+        rows_of.setdefault(keys[id(row)], {}).setdefault(row["meta"]["decision"], row)
+    points = []
+    for key in dict.fromkeys(keys.get(id(row)) or point_key(row) for row in scored):
+        rows = rows_of[key]
+        row = rows.get("locate_coarse") or rows["locate_fine"]
+        meta = row["meta"]
+        restore = meta.get("restore")
+        if restore is None and "locate_fine" in rows:  # coarse rows built before meta.restore existed
+            restore = rows["locate_fine"]["meta"]["label"]
+        if restore is None:
+            continue
+        measured = {int(k): float(v) for k, v in json.loads(meta["values"]).items()} if meta.get("values") else {}
+        ctx = DecisionContext.from_json(meta["context"])
+        points.append(RestorePoint(ctx, int(restore), int(meta["step"]), measured))
+    return points
+
+
+Locate = Callable[[DecisionKind, DecisionContext], Decision]
+
+
+def locate_as_served(ctx: DecisionContext, decide: Locate) -> int:
+    """The checkpoint the runtime restores to, as `rir_runtime/loop.py` `_localise` finds it: a
+    coarse segment of the whole branch (asked only when there are several), then a checkpoint
+    inside the chosen one; a checkpoint that is not admissible falls back to the latest admissible
+    one inside the segment."""
+    segs = ctx.segments or ((0, max(ctx.admissible, default=0) + 1),)
+    index = 0
+    if len(segs) > 1:
+        index = min(max(int(decide("locate_coarse", ctx).value), 0), len(segs) - 1)
+    ctx = replace(ctx, segment=segs[index])
+    step = int(decide("locate_fine", ctx).value)
+    return step if step in ctx.admissible else latest_admissible_in(ctx)
+
+
+def value_regret(point: RestorePoint, pick: int) -> float | None:
+    """Best V over the admissible checkpoints less V of the pick: what the pick gives up (0 for a
+    pick as good as the label). An unprobed checkpoint takes the next probed value after it, as the
+    GRPO rewards read it (`train/grpo_data.py`). None for a row without values."""
+    if not point.measured:
+        return None
+    values = complete_values(point.measured, [*point.ctx.admissible, pick]).values
+    return max(values[i] for i in point.ctx.admissible) - values[pick] if point.ctx.admissible else 0.0
+
+
+def where_quality(points: list[RestorePoint], picks: list[int], prefix: str = "where") -> dict[str, Any]:
+    """End-to-end Where figures of the `picks` (one per point): exact, within one, stay accuracy and
+    step-back exact (as `restore_quality` scores them), the exact rate's bootstrap interval, and the
+    mean value regret (None where the rows carry no values)."""
+    q = restore_quality([(pick, p.restore, p.now) for p, pick in zip(points, picks, strict=True)])
+    regrets = [r for p, pick in zip(points, picks, strict=True) if (r := value_regret(p, pick)) is not None]
+    return {
+        f"{prefix}_points": q["fine_rows"],
+        f"{prefix}_exact": q["restore_exact"],
+        f"{prefix}_exact_ci95": mean_ci([pick == p.restore for p, pick in zip(points, picks, strict=True)]),
+        f"{prefix}_within_one": q["restore_within_one"],
+        f"{prefix}_stay_rows": q["stay_rows"],
+        f"{prefix}_stay_accuracy": q["stay_accuracy"],
+        f"{prefix}_back_rows": q["back_rows"],
+        f"{prefix}_back_exact": q["back_exact"],
+        f"{prefix}_value_regret": sum(regrets) / len(regrets) if regrets else None,
+    }
+
+
+def stay_reference(points: list[RestorePoint]) -> dict[str, Any]:
+    """The bar for an end-to-end Where: always stay (restore to the current checkpoint, the latest
+    admissible one, i.e. recover without rolling back)."""
+    if not points:
+        return {}
+    q = where_quality(points, [max(p.ctx.admissible, default=0) for p in points], "where_always_stay")
+    keys = ("where_always_stay_exact", "where_always_stay_exact_ci95", "where_always_stay_value_regret")
+    return {"where_points": len(points)} | {k: q[k] for k in keys}
+
+
+# --- versions ---------------------------------------------------------------------------------------------
+# (build.json key, adapter card key, what it is): the data an adapter was trained on and the data it is
+# scored on must agree on both, or the offline figures compare labels that mean different things
+VERSIONS = (
+    ("label_version", "data_label_version", "label version"),
+    ("prompt_format_version", "data_prompt_format_version", "controller prompt format version"),
+)
+_WARNED: set[str] = set()
+
+
+def tuned_adapters(spec: str) -> list[str]:
+    """The adapter folders a controller name serves: `tuned:<dir>`, gated or residual, or as one
+    module of a `when=;where=;what=` swap."""
+    adapters = []
+    for part in spec.split(";"):
+        name = part.split("=", 1)[-1]
+        gated = gated_spec(name)
+        kind, _, arg = (gated[1] if gated else name).partition(":")
+        if kind == "tuned" and arg:
+            adapters.append(arg)
+    return adapters
+
+
+def built_versions(data: Path) -> dict[str, Any]:
+    """The label and prompt format versions the data's `build.json` records (absent: built before they were)."""
+    path = data / "build.json"
+    build = json.loads(path.read_text()) if path.is_file() else {}
+    return {key: build.get(key) for key, _, _ in VERSIONS}
+
+
+def check_versions(data: Path, specs: list[str]) -> None:
+    """Refuse to score a `tuned:` adapter trained on data of another label or prompt format version
+    than `data`: its figures would compare labels that mean different things. Data or cards written
+    before the versions were recorded are scored, with one warning."""
+    from rir_runtime.llm.tuned import read_card
+
+    adapters = list(dict.fromkeys(a for spec in specs for a in tuned_adapters(spec)))
+    built = built_versions(data)
+    unknown = [f"{data}/build.json"] if adapters and None in built.values() else []
+    for adapter in adapters:
+        card = read_card(adapter)
+        trained = {key: card.get(card_key) for key, card_key, _ in VERSIONS}
+        if None in trained.values():
+            unknown.append(adapter)
+        if any(None not in (trained[key], built[key]) and trained[key] != built[key] for key, _, _ in VERSIONS):
+            raise UserInputError(version_mismatch(adapter, data, trained, built))
+    if unknown:
+        warn_once(
+            f"warning: {' and '.join(unknown)} record no label or prompt format version (written before "
+            "they were), so whether the adapters were trained on labels like these is not checked; rebuild "
+            "the data with `rir build-data` and retrain to have it checked"
+        )
+
+
+def version_mismatch(adapter: str, data: Path, trained: dict[str, Any], built: dict[str, Any]) -> str:
+    """The refusal: both sides' versions, and the two ways to make them agree."""
+
+    def said(versions: dict[str, Any]) -> str:
+        return " and ".join(f"{what} {versions[key]}" for key, _, what in VERSIONS)
+
+    return (
+        f"adapter {adapter} was trained on data of {said(trained)}, but {data} holds {said(built)}: "
+        f"score it on data of its versions (rebuild the data with `rir build-data`), or retrain the adapter "
+        f"on this data (`rir train sft --data {data}`)"
+    )
+
+
+def warn_once(message: str) -> None:
+    """One line on stderr, once per process (the pipeline scores each row group apart)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(message, file=sys.stderr)
 
 
 def score_controller(
@@ -137,16 +335,23 @@ def score_controller(
         if value is not None:
             rewards.setdefault("review" if kind == "review" else "locate", []).append(value)
 
-    def decide(kind: DecisionKind, row: dict[str, Any]) -> Decision:
-        """The controller's decision on the row's situation; a situation that several rows share
-        (a reflection and its preference pairs) is decided once."""
-        key = (kind, row["meta"]["context"])
+    def decide_in(kind: DecisionKind, ctx: DecisionContext, text: str | None = None) -> Decision:
+        """The controller's decision in a situation (`text`: its JSON, where known); a situation that
+        several rows share (a reflection and its preference pairs, a restore point's fine row and its
+        end-to-end locate) is decided once."""
+        key = (kind, text or ctx.to_json())
         if key not in answered:
-            ctx = DecisionContext.from_json(row["meta"]["context"])
             start = time.perf_counter()
             answered[key] = calls[kind](ctx)
             latency.append(time.perf_counter() - start)
         return answered[key]
+
+    def decide(kind: DecisionKind, row: dict[str, Any]) -> Decision:
+        """The controller's decision on the row's situation."""
+        text = row["meta"]["context"]
+        if (kind, text) in answered:
+            return answered[(kind, text)]
+        return decide_in(kind, DecisionContext.from_json(text), text)
 
     review = scored_rows(data, "review_sft", split, max_rows, source)
     labels, predictions, scores, envs = [], [], [], []
@@ -161,18 +366,24 @@ def score_controller(
     if review:
         q = binary_quality(labels, predictions, scores)
         m.update({f"review_{k}": v for k, v in q.to_dict().items()})
+        m.update({f"review_{k}": v for k, v in binary_intervals(labels, predictions, scores).items()})
         m["review_auroc_within_env"] = auroc_within(labels, scores, envs)
         m["review_margins"] = scores
 
-    locate = scored_rows(data, "locate_sft", split, max_rows, source, stratify=True)
+    every_locate = split_rows(data, "locate_sft", split, source)
+    locate = cap_rows(every_locate, max_rows, stratify=True)
     coarse = [row for row in locate if row["meta"]["decision"] == "locate_coarse"]
     fine = [row for row in locate if row["meta"]["decision"] == "locate_fine"]
     for row in locate:
         reward(row["meta"]["decision"], row, decide(row["meta"]["decision"], row))
+    points = restore_points(every_locate, locate)
+    if points:  # end to end first: the Where as the runtime serves it
+        m.update(where_quality(points, [locate_as_served(p.ctx, decide_in) for p in points]))
+        m.update(stay_reference(points))
     if coarse:
-        hits = sum(int(decide("locate_coarse", row).value) == int(row["meta"]["label"]) for row in coarse)
-        m.update(coarse_rows=len(coarse), coarse_accuracy=hits / len(coarse))
-    if fine:
+        hits = [int(decide("locate_coarse", row).value) == int(row["meta"]["label"]) for row in coarse]
+        m.update(coarse_rows=len(coarse), coarse_accuracy=sum(hits) / len(coarse), coarse_accuracy_ci95=mean_ci(hits))
+    if fine:  # given the gold segment: each fine row is built inside the labelled segment
         # meta.step is the branch's length at the review: the current checkpoint
         picks = [
             (int(decide("locate_fine", row).value), int(row["meta"]["label"]), int(row["meta"]["step"])) for row in fine
@@ -226,6 +437,7 @@ def step_reference(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "review_rows": len(rows),
         "review_auroc_by_step": auroc(labels, steps) if rows else None,
+        "review_auroc_by_step_ci95": auroc_ci(labels, steps) if rows else None,
         "review_auroc_by_step_within_env": auroc_within(labels, steps, envs) if rows else None,
     }
 
@@ -267,11 +479,18 @@ METRICS = [
     ("review_accuracy", "review accuracy"),
     ("review_majority_accuracy", "review accuracy of always the majority answer"),
     ("review_majority_f1", "review F1 of always the majority answer"),
+    ("where_points", "restore points (end to end: coarse segment, then a checkpoint in it, as served)"),
+    ("where_exact", "restore point exact, end to end"),
+    ("where_always_stay_exact", "restore point exact, end to end, of always staying (the bar)"),
+    ("where_within_one", "restore point within one step, end to end"),
+    ("where_stay_accuracy", "stays where it should, end to end (points labelled stay)"),
+    ("where_back_exact", "restore point exact, end to end (points labelled step back)"),
+    ("where_value_regret", "value regret, end to end (best V less V of the pick; 0 is best)"),
     ("coarse_accuracy", "coarse segment accuracy"),
-    ("restore_exact", "restore point exact"),
-    ("restore_within_one", "restore point within one step"),
-    ("stay_accuracy", "stays where it should (rows labelled stay)"),
-    ("back_exact", "restore point exact (rows labelled step back)"),
+    ("restore_exact", "restore point exact, given the gold segment"),
+    ("restore_within_one", "restore point within one step, given the gold segment"),
+    ("stay_accuracy", "stays where it should, given the gold segment (rows labelled stay)"),
+    ("back_exact", "restore point exact, given the gold segment (rows labelled step back)"),
     ("review_reward", "GRPO reward: review"),
     ("locate_reward", "GRPO reward: locate (coarse and fine)"),
     ("mean_reward", "GRPO reward: mean over review and locate rows"),
@@ -282,18 +501,32 @@ METRICS = [
 ]
 
 
+ROW_COUNTS = {  # figures shown with the number of rows they are measured on
+    "stay_accuracy": "stay_rows",
+    "back_exact": "back_rows",
+    "where_stay_accuracy": "where_stay_rows",
+    "where_back_exact": "where_back_rows",
+}
+
+
 def _cell(key: str, res: dict[str, Any]) -> str:
     value = res.get(key)
     if value is None:
         return "-"
     if key == "review_rows":
         return f"{value} ({res.get('review_positives', 0)})"
-    if key in ("stay_accuracy", "back_exact"):
-        rows = res.get("stay_rows" if key == "stay_accuracy" else "back_rows")
-        return f"{value:.1%} ({rows})"
-    if key.startswith("review_auroc") or key == "latency_s" or key.endswith("reward"):
-        return f"{value:.3f}"
-    return f"{value:.1%}"
+    if key == "where_points":
+        return str(value)
+    if key in ROW_COUNTS:
+        return f"{value:.1%} ({res.get(ROW_COUNTS[key])})"
+    if key.startswith("review_auroc") or key in ("latency_s", "where_value_regret") or key.endswith("reward"):
+        return f"{value:.3f}" + _interval(res.get(f"{key}_ci95"), "{:.2f}")
+    return f"{value:.1%}" + _interval(res.get(f"{key}_ci95"), "{:.0%}")
+
+
+def _interval(ci: Interval | None, fmt: str) -> str:
+    """` [lo, hi]` of a bootstrap 95% interval, or nothing."""
+    return f" [{fmt.format(ci[0])}, {fmt.format(ci[1])}]" if ci else ""
 
 
 def markdown(
@@ -302,9 +535,9 @@ def markdown(
     source: list[str] | None = None,
     reference: dict[str, Any] | None = None,
 ) -> str:
-    """One table: metrics as rows, controllers as columns (the majority baseline is the bar to clear),
-    then the review AUROC of the step index alone (`step_reference`) and of a feature model
-    (`feature_reference`), the bars for the ranking."""
+    """One table: metrics as rows, controllers as columns (the majority baseline and always staying
+    are the bars to clear), then the review AUROC of the step index alone (`step_reference`) and of a
+    feature model (`feature_reference`), the bars for the ranking."""
     names = [r["controller"] for r in results]
     rows_from = f", rows from {', '.join(f'`{Path(s).name}`' for s in source)}" if source else ""
     lines = [
@@ -316,32 +549,53 @@ def markdown(
     for key, label in METRICS:
         if any(r.get(key) is not None for r in results):
             lines.append(f"| {label} | " + " | ".join(_cell(key, r) for r in results) + " |")
-    by_step = (reference or {}).get("review_auroc_by_step")
+    if any(r.get("where_exact_ci95") or r.get("review_auroc_ci95") for r in results):
+        lines += ["", INTERVALS_NOTE]
+    return "\n".join(lines + reference_lines(reference or {})) + "\n"
+
+
+INTERVALS_NOTE = (
+    "In brackets: percentile bootstrap 95% intervals over the rows (over the restore points for the "
+    "end-to-end Where), 1,000 resamples. End to end, the controller picks the coarse segment, then the "
+    "checkpoint inside it, as the runtime serves it: a wrong segment makes the restore point wrong. "
+    '"Given the gold segment" scores the checkpoint inside the labelled segment only.'
+)
+
+
+def reference_lines(reference: dict[str, Any]) -> list[str]:
+    """The bars for the When's ranking: the step index alone (`step_reference`) and a feature model
+    (`feature_reference`), each with its bootstrap interval."""
+    lines: list[str] = []
+    by_step = reference.get("review_auroc_by_step")
     if by_step is not None:
-        within = reference.get("review_auroc_by_step_within_env") if reference else None
+        within = reference.get("review_auroc_by_step_within_env")
+        ci = reference.get("review_auroc_by_step_ci95")
         lines += [
             "",
-            f"Reference: ranking these {reference['review_rows'] if reference else 0} reviews by their step index "
+            f"Reference: ranking these {reference['review_rows']} reviews by their step index "
             f"alone gives AUROC {by_step:.3f}"
             + (f" ({within:.3f} within a benchmark)" if within is not None else "")
+            + (f", 95% interval{_interval(ci, '{:.2f}')}" if ci else "")
             + "; a learned When that ranks below it has not learned more than how late a review comes.",
         ]
-    by_features = (reference or {}).get("review_auroc_by_features")
-    if by_features is not None and reference:
+    by_features = reference.get("review_auroc_by_features")
+    if by_features is not None:
         within = reference.get("review_auroc_by_features_within_env")
         lines.append(
             f"A logistic regression on the signals the prompt states (`eval/when_features.py`), fitted on "
             f"{reference['feature_train_rows']} train reviews, ranks them at AUROC {by_features:.3f}"
+            + _interval(reference.get("review_auroc_by_features_ci95"), "{:.2f}")
             + (f" ({within:.3f} within a benchmark)" if within is not None else "")
             + ": the bar for a When that reads more than the prompt's surface."
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def evaluate_controllers(cfg: ControllerEvalConfig) -> list[dict[str, Any]]:
     data = Path(cfg.data)
     if not (data / "review_sft").exists():
         raise UserInputError(f"{data} holds no review_sft dataset: build one with `rir build-data --out {data}`")
+    check_versions(data, cfg.controller)
     weights = review_weights(data)
     results = [
         score_controller(spec, data, cfg.split, cfg.max_rows, cfg.max_reflect_rows, cfg.source, weights)
@@ -352,7 +606,9 @@ def evaluate_controllers(cfg: ControllerEvalConfig) -> list[dict[str, Any]]:
     reviews = scored_rows(data, "review_sft", cfg.split, cfg.max_rows, cfg.source)
     # fitted on the train split, so scoring that split would rank the rows it was fitted on: no figure then
     train = scored_rows(data, "review_sft", "train", 0, []) if cfg.split != "train" else []
-    reference = step_reference(reviews) | feature_reference(train, reviews)
+    every_locate = split_rows(data, "locate_sft", cfg.split, cfg.source)
+    points = restore_points(every_locate, cap_rows(every_locate, cfg.max_rows, stratify=True))
+    reference = step_reference(reviews) | feature_reference(train, reviews) | stay_reference(points)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     record = {"results": results, "reference": reference, "config": asdict(cfg)}

@@ -414,7 +414,7 @@ def _verdict(ce_dir: Path, specs: list[str], rows: str) -> list[str]:
         return []
     better: list[str] = []
     worse: list[str] = []
-    for key, label in (("review_f1", "review F1 (recover)"), ("restore_exact", "restore point exact")):
+    for key, label in (("review_f1", "review F1 (recover)"), ("where_exact", "restore point exact, end to end")):
         t, b = tuned.get(key), base.get(key)
         if t is not None and b is not None:
             (better if t > b else worse).append(f"{label} {t:.1%} vs {b:.1%}")

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.metrics import auroc, auroc_within
+from eval.metrics import auroc, auroc_ci, auroc_within
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.signals import RECENT_WINDOW, is_error_reply, steps_since_progress
 
@@ -62,13 +62,14 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1.0, iterations: int 
 
 
 def feature_reference(train: list[dict[str, Any]], scored: list[dict[str, Any]]) -> dict[str, Any]:
-    """AUROC of the feature model fitted on `train` review rows, ranking the `scored` ones (None where
-    either side lacks one of the two answers)."""
+    """AUROC of the feature model fitted on `train` review rows, ranking the `scored` ones, with its
+    bootstrap 95% interval over the scored rows (None where either side lacks one of the two answers)."""
     y_train = np.array([r["meta"]["label"] == "recover" for r in train], dtype=float)
     labels = [r["meta"]["label"] == "recover" for r in scored]
     out: dict[str, Any] = {
         "feature_train_rows": len(train),
         "review_auroc_by_features": None,
+        "review_auroc_by_features_ci95": None,
         "review_auroc_by_features_within_env": None,
     }
     if not scored or len(set(y_train.tolist())) < 2:
@@ -82,5 +83,6 @@ def feature_reference(train: list[dict[str, Any]], scored: list[dict[str, Any]])
     scores = list(z @ beta[:-1] + beta[-1])
     envs = [str(r["meta"].get("env", "")) for r in scored]
     out["review_auroc_by_features"] = auroc(labels, scores)
+    out["review_auroc_by_features_ci95"] = auroc_ci(labels, scores)
     out["review_auroc_by_features_within_env"] = auroc_within(labels, scores, envs)
     return out

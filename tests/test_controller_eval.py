@@ -74,14 +74,14 @@ def test_the_offline_verdict_is_said_once_per_row_group(tmp_path: Path) -> None:
     specs = ["heuristic", "prompted:m", "tuned:runs/p/dpo"]
     for group, tuned_f1 in (("agent", 0.6), ("expert", 0.2)):
         results = [
-            {"controller": "prompted:m", "review_f1": 0.4, "restore_exact": 0.1},
-            {"controller": "tuned:runs/p/dpo", "review_f1": tuned_f1, "restore_exact": 0.3},
+            {"controller": "prompted:m", "review_f1": 0.4, "where_exact": 0.1},
+            {"controller": "tuned:runs/p/dpo", "review_f1": tuned_f1, "where_exact": 0.3},
         ]
         (tmp_path / group).mkdir()
         (tmp_path / group / "controller_eval.json").write_text(json.dumps({"results": results}))
     agent, expert = offline_verdict(tmp_path, specs)
     assert "(agent rows), the tuned adapter beats its base model: review F1" in agent
-    assert "(expert rows), the tuned adapter beats its base model on restore point exact" in expert
+    assert "(expert rows), the tuned adapter beats its base model on restore point exact, end to end" in expert
     assert "but not on review F1 (recover) 20.0% vs 40.0%" in expert
 
 
@@ -103,7 +103,12 @@ def test_the_step_reference_ranks_reviews_by_how_late_they_come() -> None:
         for label, step in (("continue", 2), ("continue", 4), ("recover", 9), ("recover", 12))
     ]
     reference = step_reference(rows)
-    assert reference == {"review_rows": 4, "review_auroc_by_step": 1.0, "review_auroc_by_step_within_env": 1.0}
+    assert reference == {
+        "review_rows": 4,
+        "review_auroc_by_step": 1.0,
+        "review_auroc_by_step_ci95": [1.0, 1.0],  # every resample with both answers ranks them perfectly
+        "review_auroc_by_step_within_env": 1.0,
+    }
     for row, step in zip(rows, (12, 9, 4, 2), strict=True):
         row["meta"]["step"] = step
     assert step_reference(rows)["review_auroc_by_step"] == 0.0

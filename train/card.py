@@ -136,16 +136,32 @@ def write_resolved_config(output_dir: str, script_args: Any, training_args: Any,
     (Path(output_dir) / RESOLVED_CONFIG).write_text(json.dumps(resolved, indent=2, default=str) + "\n")
 
 
-def data_prompt_budget(data: str) -> int | None:
-    """The prompt token budget `rir build-data` fitted the training rows to (its `build.json`), or
-    None (a Hub dataset, or one built elsewhere). The card records it so that a `tuned:` controller
-    renders its decisions within the same budget it was trained on, not the runtime's longer default."""
+def data_build(data: str) -> dict[str, Any]:
+    """The `build.json` of the training data (`data` is the build-data folder or one dataset in it),
+    or {} (a Hub dataset, or one built elsewhere)."""
     for folder in (Path(data), Path(data).parent):
         path = folder / "build.json"
         if path.is_file():
-            budget = json.loads(path.read_text()).get("config", {}).get("max_prompt_tokens")
-            return int(budget) if budget else None
-    return None
+            return dict(json.loads(path.read_text()))
+    return {}
+
+
+def data_prompt_budget(data: str) -> int | None:
+    """The prompt token budget `rir build-data` fitted the training rows to (its `build.json`), or
+    None. The card records it so that a `tuned:` controller renders its decisions within the same
+    budget it was trained on, not the runtime's longer default."""
+    budget = data_build(data).get("config", {}).get("max_prompt_tokens")
+    return int(budget) if budget else None
+
+
+def data_versions(data: str) -> dict[str, int]:
+    """The label and controller prompt format versions of the training data (its `build.json`), as
+    card fields: `rir eval-controller` refuses to score the adapter on data of other versions. Data
+    built before `build.json` recorded them gives none."""
+    build = data_build(data)
+    versions = {"data_label_version": build.get("label_version")}
+    versions["data_prompt_format_version"] = build.get("prompt_format_version")
+    return {key: int(value) for key, value in versions.items() if value is not None}
 
 
 def write_adapter_files(
@@ -159,6 +175,7 @@ def write_adapter_files(
     extra = {
         **(card.get("extra") or {}),
         **({"max_prompt_tokens": budget} if budget else {}),
+        **data_versions(script_args.data),
         **({"review_threshold": None} if calibrate else {}),
     }
     write_card(output_dir, **{**card, "extra": extra})

@@ -52,11 +52,12 @@ def build_trainer(script_args: DPOScriptArguments, training_args, model_args):
     """(DPOTrainer on the SFT adapter, or on a fresh LoRA adapter; the adapter card's fields)."""
     from trl import DPOTrainer
 
-    from train.data import drop_overlong, load_datasets
+    from train.data import dataset_folders, drop_overlong, load_datasets
     from train.distributed import check_launch, main_process_first
     from train.models import load_tokenizer, resolve_start, trainable_model
 
     check_launch(training_args)
+    dataset_folders(script_args.data, "pref", script_args.decision_types)  # before the base model is converted
     sft_adapter = script_args.sft_adapter
     with main_process_first(training_args, "preparing the model and datasets"):
         base_name, base_path = resolve_start(script_args, model_args)

@@ -144,11 +144,13 @@ def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
     """(GRPOTrainer on the SFT adapter, or on a fresh LoRA adapter; the adapter card's fields)."""
     from trl import GRPOTrainer
 
+    from train.data import dataset_folders
     from train.distributed import check_launch, main_process_first
     from train.grpo_data import load_grpo_datasets, prefill_answers, value_summary
     from train.models import load_tokenizer, resolve_start, trainable_model
 
     check_launch(training_args)
+    dataset_folders(script_args.data, "sft", script_args.decision_types)  # before the base model is converted
     sft_adapter = script_args.sft_adapter
     with main_process_first(training_args, "preparing the model and datasets"):
         base_name, base_path = resolve_start(script_args, model_args)

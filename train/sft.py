@@ -40,11 +40,12 @@ def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
     """(SFTTrainer with a fresh LoRA adapter, the adapter card's fields)."""
     from trl import SFTTrainer
 
-    from train.data import drop_overlong, load_datasets
+    from train.data import dataset_folders, drop_overlong, load_datasets
     from train.distributed import check_launch, main_process_first
     from train.models import load_tokenizer, resolve_base, trainable_model
 
     check_launch(training_args)
+    dataset_folders(script_args.data, "sft", script_args.decision_types)  # before the base model is converted
     with main_process_first(training_args, "preparing the model and datasets"):
         base_name, base_path = resolve_base(script_args, model_args)
         tokenizer = load_tokenizer(base_path)

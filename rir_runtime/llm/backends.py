@@ -346,8 +346,9 @@ def load_transformers_backend(
     num_threads: int | None = None,
 ) -> TransformersBackend:
     """A `TransformersBackend` over a registered model, a local folder or a hub id (see `registry.py`)."""
-    from rir_runtime.llm.registry import load_model_and_tokenizer
+    from rir_runtime.llm.registry import check_name, load_model_and_tokenizer
 
+    check_name(model_name_or_path)  # a typo fails before torch is imported
     set_num_threads(num_threads)
     device = device or default_device()
     model, tokenizer = load_model_and_tokenizer(model_name_or_path, dtype=dtype, device=device)

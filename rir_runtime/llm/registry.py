@@ -14,8 +14,11 @@ import hashlib
 import importlib.metadata as md
 import json
 import os
+import re
 import shutil
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -95,6 +98,76 @@ def resolve_model(name: str) -> ModelSpec:
         kind = "adapter" if (path / "adapter_config.json").is_file() else "folder"
         return ModelSpec(str(path), kind, str(path.resolve()))
     return ModelSpec(name, "hub", name)
+
+
+# A model id as the Hub spells it: owner/name. A name of another shape that is neither registered nor a
+# folder is a typo, not a hub id, and is refused at once rather than after the Hub's retries (~50 s offline).
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+HUB_PROBE_TIMEOUT_S = 2.0
+
+
+def _unknown_model(name: str, why: str) -> ModelLoadError:
+    close = difflib.get_close_matches(name, list(MODELS), n=1)
+    hint = f" Did you mean '{close[0]}'?" if close else ""
+    return ModelLoadError(
+        f"model '{name}' is neither a registered name ({', '.join(MODELS)}), a local folder, "
+        f"nor reachable on the Hugging Face hub: {why}.{hint}"
+    )
+
+
+def _hub_cached(name: str) -> bool:
+    """Whether the Hugging Face cache holds the model's config (read from disk, no network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except ValueError:  # not a valid repo id
+        return False
+
+
+def check_name(name: str) -> None:
+    """Refuse at once a name that is neither registered, a folder, nor shaped like a hub id (owner/name)
+    nor cached: cheap, so callers run it before anything slow (importing torch, the Hub's retries)."""
+    if resolve_model(name).kind == "hub" and not HUB_ID.fullmatch(name) and not _hub_cached(name):
+        raise _unknown_model(name, "not a hub id either (those read owner/name)")
+
+
+def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
+    """One HEAD request to the Hub's endpoint (proxies from the environment, as the Hub client uses):
+    any HTTP answer means reachable; no answer within `timeout` means not."""
+    from huggingface_hub import constants
+
+    try:
+        urllib.request.urlopen(urllib.request.Request(constants.ENDPOINT, method="HEAD"), timeout=timeout)
+    except urllib.error.HTTPError:
+        return True  # the Hub answered, if not with 200
+    except (OSError, ValueError):  # URLError, timeouts, refused connections
+        return False
+    return True
+
+
+def hub_local_only(name: str) -> bool:
+    """Check a hub name before transformers tries the Hub, which, unreachable, retries for about 50 s
+    before its error. True where the model must be read from the cache alone (HF_HUB_OFFLINE, or the
+    Hub unreachable and the model cached); raises at once for a name not shaped like a hub id that is
+    not cached, or a model neither cached nor reachable."""
+    from huggingface_hub import constants
+
+    check_name(name)
+    cached = _hub_cached(name)
+    if constants.HF_HUB_OFFLINE:
+        if not cached:
+            raise _unknown_model(name, "HF_HUB_OFFLINE is set and the Hugging Face cache does not hold it")
+        return True
+    if hub_reachable():
+        return False
+    if not cached:
+        raise _unknown_model(
+            name,
+            f"{constants.ENDPOINT} cannot be reached and the Hugging Face cache does not hold it "
+            "(download it where the Hub is reachable, or pass a local folder)",
+        )
+    return True
 
 
 def list_models() -> list[ModelInfo]:
@@ -315,8 +388,6 @@ def local_path(name: str) -> Path:
 
 def load_model_and_tokenizer(name: str, dtype: Any = "auto", device: str = "cpu") -> tuple[Any, Any]:
     """(model in eval mode, tokenizer) for a registered name, a folder, or a hub id."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     spec = resolve_model(name)
     if spec.kind == "adapter":
         return _load_adapter(spec, dtype, device)
@@ -325,19 +396,19 @@ def load_model_and_tokenizer(name: str, dtype: Any = "auto", device: str = "cpu"
             f"model '{name}' is neither a registered name ({', '.join(MODELS)}), a local folder, "
             "nor reachable on the Hugging Face hub: no folder at that path"
         )
+    local_only = spec.kind == "hub" and hub_local_only(name)  # before importing transformers, seconds long
     where = str(local_path(name))
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=_torch_dtype(dtype, device))
+        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=local_only)
+        model = AutoModelForCausalLM.from_pretrained(
+            where, dtype=_torch_dtype(dtype, device), local_files_only=local_only
+        )
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear line
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200].rstrip(".")
         if spec.kind == "hub":
-            close = difflib.get_close_matches(name, list(MODELS), n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
-            raise ModelLoadError(
-                f"model '{name}' is neither a registered name ({', '.join(MODELS)}), a local folder, "
-                f"nor reachable on the Hugging Face hub: {reason}.{hint}"
-            ) from None
+            raise _unknown_model(name, reason) from None
         if spec.kind in ("packaged-gguf", "tiny"):
             raise _corrupt(spec.name, Path(where), reason) from None
         raise ModelLoadError(f"cannot load model folder {where}: {reason}") from None
@@ -348,12 +419,13 @@ def load_model_and_tokenizer(name: str, dtype: Any = "auto", device: str = "cpu"
 
 def load_tokenizer(name: str) -> Any:
     """Only the tokenizer (token counting, dataset building): no weights are loaded."""
+    spec = resolve_model(name)
+    local_only = spec.kind == "hub" and hub_local_only(name)
+    where = local_path(name) if spec.kind != "adapter" else Path(spec.source)
     from transformers import AutoTokenizer
 
-    spec = resolve_model(name)
-    where = local_path(name) if spec.kind != "adapter" else Path(spec.source)
     try:
-        return AutoTokenizer.from_pretrained(str(where))
+        return AutoTokenizer.from_pretrained(str(where), local_files_only=local_only)
     except Exception as exc:  # noqa: BLE001
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200].rstrip(".")
         raise ModelLoadError(f"cannot load the tokenizer of model '{name}': {reason}") from None
