@@ -257,16 +257,15 @@ class AgentOracleController(HeuristicController):
 
     def best_restore(self, ctx: DecisionContext) -> tuple[int, float]:
         """The latest admissible checkpoint of highest `V_agent` (with the lesson kept), and that value."""
-        value = self._hindsight(ctx).agent_value
-        values = {i: value(i) for i in ctx.admissible}
+        values = self._hindsight(ctx).agent_values(list(ctx.admissible))
         best = max(values.values())
-        return max(i for i, v in values.items() if v == best), best
+        return max(i for i, v in values.items() if i is not None and v == best), best
 
     def review(self, ctx: DecisionContext) -> Decision:
         if not ctx.admissible:
             return Decision("review", Review("continue", "no admissible checkpoint"))
+        now = self._hindsight(ctx).agent_values([None])[None]  # first: the environment stands there already
         r, best = self.best_restore(ctx)
-        now = self._hindsight(ctx).agent_value(None)
         if best > now:
             return Decision("review", Review("recover", f"a recovery to {r} succeeds {best:.0%}, continuing {now:.0%}"))
         return Decision("review", Review("continue", f"no recovery beats continuing ({now:.0%})"))

@@ -47,7 +47,7 @@ from rir_runtime.trace import (
     StepEvent,
     ToolErrorEvent,
 )
-from rir_runtime.values import AgentProbe, Hindsight, Option, ValueProbe
+from rir_runtime.values import AgentProbe, Hindsight, Option, Start, ValueProbe
 
 ENDED_WITHOUT_WIN = "the episode ended without a win: there is nothing to continue"
 
@@ -130,7 +130,7 @@ class EpisodeRunner:
             self.env, lambda env, k: self.policy.fork(env, k), self.preset.guidance, self.hindsight_rollouts
         )
         if self.controller.uses_hindsight:
-            ep.hindsight = Hindsight(probe, lambda i: ep.store[i].snapshot, partial(self._option_value, ep, agent))
+            ep.hindsight = Hindsight(probe, lambda i: ep.store[i].snapshot, partial(self._option_values, ep, agent))
         schedule = ReviewSchedule(base=max(1, self.review_interval), maximum=max(16, self.review_interval))
         ep.max_score = self.env.max_score()
         if self.budgets.relative_agent:  # the expert's path can cost seconds to plan: only when asked
@@ -239,17 +239,20 @@ class EpisodeRunner:
         return None if self.budgets.controller is None else self.budgets.controller - ep.controller_calls
 
     # --- hindsight for oracle-agent --------------------------------------------------------------------
-    def _option_value(self, ep: Episode, agent: AgentProbe, option: Option) -> float:
-        """`V_agent` of an option, as this episode would play it: continue the branch (None), or recover
-        to checkpoint `option` keeping the reflection the rule writes there (the record `oracle-agent`
-        then writes), under this preset's memory; in both, the agent plays on with the calls it has left."""
+    def _option_values(self, ep: Episode, agent: AgentProbe, options: list[Option]) -> dict[Option, float]:
+        """`V_agent` of each option, as this episode would play it: continue the branch (None), or recover
+        to checkpoint i keeping the reflection the rule writes there (the record `oracle-agent` then
+        writes), under this preset's memory; in each, the agent plays on with the calls it has left."""
+        calls = min(ep.agent_budget - self._charged(ep), self.budgets.max_steps - ep.env_steps)
+        return agent.values(ep.task.key, ep.objective, {o: self._start(ep, o) for o in options}, calls)
+
+    def _start(self, ep: Episode, option: Option) -> Start:
         memory = copy.deepcopy(ep.memory)
-        start = ep.store[ep.t if option is None else option]
+        checkpoint = ep.store[ep.t if option is None else option]
         if option is not None and self.preset.memory != "none":
             lesson = reflection_for(self._context(ep, "reflect", restore_point=option), option)
             memory.keep(lesson, ep.history, option, self.preset.remember_abandoned)
-        calls = min(ep.agent_budget - self._charged(ep), self.budgets.max_steps - ep.env_steps)
-        return agent.value(ep.task.key, ep.objective, start.snapshot, start.history, memory, calls)
+        return Start(checkpoint.snapshot, checkpoint.history, memory, ep.observation, option is None and not ep.done)
 
     # --- recovery: When, Where, What ---------------------------------------------------------------
     def _recover_allowed(self, ep: Episode) -> bool:

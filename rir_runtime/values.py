@@ -127,13 +127,29 @@ def play_on(
 PolicyFork = Callable[[Env, int], Policy]
 
 
+@dataclass(frozen=True)
+class Start:
+    """Where a continuation starts: a checkpoint, the branch up to it, and the memory the agent has there."""
+
+    snapshot: Snapshot
+    history: tuple[Step, ...]
+    memory: ReflectionMemory
+    observation: str = ""  # what the agent sees there
+    current: bool = False  # the environment stands there now: the first continuation needs no restore
+
+
+# An option of a recovery decision: None = continue the branch as it is; i = restore to checkpoint i
+# keeping the lesson a recovery there would write (i = the current checkpoint: stay, with the lesson).
+Option = int | None
+
+
 @dataclass
 class AgentProbe:
-    """`V_agent`: the share of K continuations of the controlled agent that succeed from a snapshot
-    with a given memory, each capped at the agent calls it has left. Cached by (start, memory,
-    cap, k): a deterministic agent (the scripted expert; an LLM ranking greedily) needs K = 1, and
-    reviews of one branch share most of their continuations. The environment is returned to where it
-    was after each probe, so it can run in the middle of an episode."""
+    """`V_agent`: the share of K continuations of the controlled agent that succeed from a start, each
+    capped at the agent calls it has left. Cached by (branch, memory, cap): a deterministic agent (the
+    scripted expert; an LLM ranking greedily) needs K = 1, and reviews of one branch share most of their
+    continuations. The environment is returned to where it was once a decision's options are valued,
+    so probing can run in the middle of an episode."""
 
     env: Env
     fork: PolicyFork
@@ -143,58 +159,48 @@ class AgentProbe:
     continuations: int = 0
     _cache: dict[str, float] = field(default_factory=dict)
 
-    def value(
-        self,
-        task: str,
-        objective: str,
-        start: Snapshot,
-        history: tuple[Step, ...],
-        memory: ReflectionMemory,
-        max_calls: int,
-    ) -> float:
-        key = json.dumps([task, [s.action for s in history], memory.snapshot().to_json(), max_calls])
-        if key not in self._cache:
-            here = self.env.checkpoint()
+    def values(self, task: str, objective: str, starts: dict[Option, Start], max_calls: int) -> dict[Option, float]:
+        """`V_agent` of every option; the environment is restored once, after the last continuation."""
+        keys = {o: json.dumps([task, [s.action for s in st.history], st.memory.snapshot().to_json(), max_calls])
+                for o, st in starts.items()}  # fmt: skip
+        todo = sorted((o for o in starts if keys[o] not in self._cache), key=lambda o: not starts[o].current)
+        if todo:
+            here, moved = self.env.checkpoint(), False
             try:
-                wins = [
-                    self._continue(task, objective, start, history, memory, max_calls, k) for k in range(self.rollouts)
-                ]
+                for option in todo:
+                    wins = []
+                    for k in range(self.rollouts):
+                        wins.append(self._continue(task, objective, starts[option], max_calls, k, moved))
+                        moved = True
+                    self._cache[keys[option]] = sum(wins) / len(wins)
             finally:
-                self.env.restore(here)
-            self._cache[key] = sum(wins) / len(wins)
-        return self._cache[key]
+                if moved:
+                    self.env.restore(here)
+        return {o: self._cache[keys[o]] for o in starts}
 
-    def _continue(
-        self,
-        task: str,
-        objective: str,
-        start: Snapshot,
-        history: tuple[Step, ...],
-        memory: ReflectionMemory,
-        max_calls: int,
-        k: int,
-    ) -> bool:
-        try:
-            obs = self.env.restore(start)
-        except RestoreError:
-            return False
-        if start.kind == "replay":  # a replay re-executes the prefix: count it as spent
-            self.env_steps += len(start.actions)
+    def _continue(self, task: str, objective: str, start: Start, max_calls: int, k: int, moved: bool) -> bool:
+        """One continuation; `moved`: the environment has left the start since the decision began (a
+        start where it still stands needs no restore, which on a replayed benchmark costs the prefix)."""
+        observation = start.observation
+        if moved or not start.current:
+            try:
+                observation = self.env.restore(start.snapshot).text
+            except RestoreError:
+                return False
+            if start.snapshot.kind == "replay":  # a replay re-executes the prefix: count it as spent
+                self.env_steps += len(start.snapshot.actions)
         self.continuations += 1
         policy = self.fork(self.env, k)
-        won, steps = play_on(self.env, policy, task, objective, memory, history, obs.text, self.guidance, max_calls)
+        won, steps = play_on(
+            self.env, policy, task, objective, start.memory, start.history, observation, self.guidance, max_calls
+        )
         self.env_steps += steps
         return won
 
 
-# An option of a recovery decision: None = continue the branch as it is; i = restore to checkpoint i
-# keeping the lesson a recovery there would write (i = the current checkpoint: stay, with the lesson).
-Option = int | None
-
-
 class Hindsight:
     """What the oracle controllers may look at in a running episode: `value(i)`, `V_expert(C_i)`, and,
-    where the loop can continue its agent, `agent_value(option)`, `V_agent` of continuing or of a
+    where the loop can continue its agent, `agent_values(options)`, `V_agent` of continuing or of a
     recovery to checkpoint i with its lesson kept.
 
     The loop creates one per episode and hands it to controllers that ask for hindsight
@@ -205,14 +211,14 @@ class Hindsight:
         self,
         probe: ValueProbe,
         snapshot: Callable[[int], Snapshot],
-        agent_value: Callable[[Option], float] | None = None,
+        agent_values: Callable[[list[Option]], dict[Option, float]] | None = None,
     ) -> None:
-        self.probe, self._snapshot, self._agent_value = probe, snapshot, agent_value
+        self.probe, self._snapshot, self._agent_values = probe, snapshot, agent_values
 
     def value(self, checkpoint: int) -> float:
         return self.probe.value(self._snapshot(checkpoint))
 
-    def agent_value(self, option: Option) -> float:
-        if self._agent_value is None:
+    def agent_values(self, options: list[Option]) -> dict[Option, float]:
+        if self._agent_values is None:
             raise RIRError("this episode cannot continue its agent in hindsight: its loop was given no policy fork")
-        return self._agent_value(option)
+        return self._agent_values(options)

@@ -19,7 +19,7 @@ from rir_runtime.policies import NoisyExpertPolicy
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.recovery import PRESETS
 from rir_runtime.trace import ReviewEvent
-from rir_runtime.values import AgentProbe
+from rir_runtime.values import AgentProbe, Start
 
 TASKS = [TaskSpec("builtin", task, "dev", v) for task in ("workshop-3", "workshop-4") for v in range(25)]
 ONE_ROLLBACK = Budgets(agent=40, rollback=1)
@@ -38,8 +38,11 @@ def test_the_value_of_going_on_from_the_start_is_the_agents_own_outcome() -> Non
         react = run(task, HeuristicController(), method="react")
         obs = env.reset(task)
         probe = AgentProbe(env, NoisyExpertPolicy(env, 0.2).fork, Guidance())
-        value = probe.value(task.key, obs.objective, env.checkpoint(), (), ReflectionMemory(obs.objective), 40)
-        assert value == float(react.success), task.key
+        here = Start(env.checkpoint(), (), ReflectionMemory(obs.objective), obs.text, current=True)
+        restored = Start(here.snapshot, (), here.memory, obs.text)  # the same start, reached by a restore
+        assert probe.values(task.key, obs.objective, {None: here}, 40) == {None: float(react.success)}, task.key
+        fresh = AgentProbe(env, NoisyExpertPolicy(env, 0.2).fork, Guidance())  # its own cache
+        assert fresh.values(task.key, obs.objective, {0: restored}, 40) == {0: float(react.success)}, task.key
 
 
 def test_with_one_rollback_its_values_come_true() -> None:
