@@ -1,0 +1,68 @@
+"""Controller names (`heuristic`, `oracle`, `tuned:<dir>`, `when=;where=;what=`, ...) to controllers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rir_runtime.controllers.base import Controller
+from rir_runtime.controllers.composite import CompositeController, SignalGatedController, gated_spec
+from rir_runtime.controllers.heuristic import ExploringController, HeuristicController
+from rir_runtime.controllers.oracle import AgentOracleController, OracleController
+from rir_runtime.controllers.prompted import PromptedController, card_prompt_tokens
+from rir_runtime.errors import UnknownNameError, UserInputError
+from rir_runtime.llm.base import Backend
+
+CONTROLLER_KINDS = (
+    "heuristic",
+    "oracle",
+    "oracle-agent",
+    "prompted:<model>",
+    "tuned:<adapter-folder>",
+    "gated:<prompted or tuned controller>",
+    "residual:<prompted or tuned controller>",
+    "random-review",
+    "random-restore",
+)
+
+
+def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None = None) -> Controller:
+    """Resolve a controller name. `when=A;where=B;what=C` composes modules from three controllers."""
+    if ";" in spec:
+        parts = dict(p.split("=", 1) for p in spec.split(";") if "=" in p)
+        missing = {"when", "where", "what"} - set(parts)
+        if missing:
+            raise UnknownNameError("composite controller part", ",".join(sorted(missing)), ["when", "where", "what"])
+        return CompositeController(*(make_controller(parts[k], backend_factory) for k in ("when", "where", "what")))
+    gated = gated_spec(spec)
+    if gated is not None:
+        gate, inner = gated
+        return SignalGatedController(make_controller(inner, backend_factory), gate)
+    kind, _, arg = spec.partition(":")
+    if kind == "heuristic":
+        return HeuristicController()
+    if kind == "oracle":
+        return OracleController()
+    if kind == "oracle-agent":
+        return AgentOracleController()
+    if kind in ("random-review", "random-restore"):
+        return ExploringController(kind == "random-review", kind == "random-restore")
+    if kind in ("prompted", "tuned") and arg:
+        from rir_runtime.llm import make_backend
+
+        factory = backend_factory or make_backend
+        if kind == "prompted":
+            return PromptedController(factory(arg), name=spec)
+        from rir_runtime.llm.tuned import read_card
+
+        # `tuned:<dir>` keeps its prefix: the backend factory loads base + adapter after checking its card
+        card = read_card(arg)
+        threshold = card.get("review_threshold", 0.0)
+        if threshold is None:  # written before calibration, which did not finish
+            raise UserInputError(
+                f"adapter {arg.removeprefix('tuned:')} has no calibrated review threshold (training stopped while "
+                "calibrating): rerun the same `rir train` command; it resumes from the last checkpoint and calibrates"
+            )
+        return PromptedController(
+            factory(spec), name=spec, max_prompt_tokens=card_prompt_tokens(card), review_threshold=float(threshold)
+        )
+    raise UnknownNameError("controller", spec, list(CONTROLLER_KINDS))
