@@ -27,8 +27,9 @@ from typing import Any
 
 from data_gen.hindsight import LABEL_VERSION, REVIEW_TIES
 from data_gen.labelling import label_episodes
-from data_gen.rows import rows_for, token_counter
+from data_gen.rows import point_meta, rows_for, token_counter
 from data_gen.splits import calibration_variations, held_out_variations, split_rows, variation_key, warn_about
+from data_gen.value_rows import VALUE_DATASET, value_rows
 from rir_runtime.decisions import DecisionKind
 from rir_runtime.errors import UserInputError
 from rir_runtime.executors import EXECUTORS, check_executor
@@ -38,6 +39,7 @@ from rir_runtime.trace import READABLE_SCHEMAS, EpisodeRecord, read_records
 SFT = ("review_sft", "locate_sft", "reflect_sft")
 LABEL_VALUES = ("expert", "agent", "agent-lesson")
 PREF = ("review_pref", "locate_pref", "reflect_pref")
+DATASETS = (*SFT, *PREF, VALUE_DATASET)
 
 
 @dataclass
@@ -77,6 +79,13 @@ class BuildConfig:
             "choices": list(REVIEW_TIES),
         },
     )
+    value_pairs_per_point: int = field(
+        default=8,
+        metadata={
+            "help": "value controller rows (value_pref): option pairs per decision point, the best option against "
+            "the worse ones nearest to it; 0: none"
+        },
+    )
     workers: int = field(default=1, metadata={"help": "episodes labelled in parallel (processes, or Ray actors)"})
     executor: str = field(
         default="local",
@@ -99,8 +108,8 @@ class BuildConfig:
             raise ValueError(f"review_ties {self.review_ties!r} is not one of {', '.join(REVIEW_TIES)}")
         if self.value_rollouts < 1 or self.value_max_steps < 1:
             raise ValueError("value_rollouts and value_max_steps must be >= 1")
-        if self.workers < 1:
-            raise ValueError("workers must be >= 1")
+        if self.workers < 1 or self.value_pairs_per_point < 0:
+            raise ValueError("workers must be >= 1 and value_pairs_per_point >= 0")
         check_executor(self.executor, self.ray_address)
 
     def run_values(self) -> dict[str, str]:
@@ -138,6 +147,15 @@ def load_runs(folders: list[str]) -> list[tuple[EpisodeRecord, str]]:
 
 
 # --- writing -------------------------------------------------------------------------------------------------
+def dataset_format(name: str) -> tuple[tuple[str, str], str]:
+    """(Hub tags, what the card says) of a dataset's format."""
+    if name == VALUE_DATASET:
+        return ("preference", "reward-modeling"), "TRL standard preference with an explicit prompt (plain text)"
+    if name.endswith("_sft"):
+        return ("sft", "prompt-completion"), "TRL conversational prompt-completion"
+    return ("preference", "dpo"), "TRL conversational preference"
+
+
 def dataset_card(
     name: str, splits: dict[str, list[dict]], sources: list[str], cfg: BuildConfig, sides: tuple[int, int]
 ) -> str:
@@ -145,7 +163,7 @@ def dataset_card(
     front matter (splits and files, task, license, tags) lets the folder be pushed to the Hub as is."""
     from data_gen.cards import dataset_metadata, front_matter
 
-    fmt = ("sft", "prompt-completion") if name.endswith("_sft") else ("preference", "dpo")
+    fmt, described = dataset_format(name)
     envs = sorted({str(r["meta"]["env"]) for rows in splits.values() for r in rows if r["meta"].get("env")})
     tags = [*fmt, "controller", name.split("_")[0], *envs]
     metadata = dataset_metadata({s: len(r) for s, r in splits.items()}, pretty_name=f"RIR {name}", tags=tags)
@@ -154,8 +172,7 @@ def dataset_card(
         f"# {name}",
         "",
         f"Recovery-controller decisions labelled in hindsight by branch re-execution "
-        f"(RIR `rir build-data`). Format: TRL conversational "
-        f"{'prompt-completion' if name.endswith('_sft') else 'preference'}.",
+        f"(RIR `rir build-data`). Format: {described}.",
         "",
         "| split | rows | task variations | label balance |",
         "| --- | ---: | ---: | --- |",
@@ -207,13 +224,15 @@ def build(cfg: BuildConfig) -> dict[str, dict[str, int]]:
     for point, label in labelled:
         for name, rows in rows_for(point, label, fit).items():
             all_rows[name] += rows
-    by_dataset = {name: {variation_key(r["meta"]) for r in all_rows.get(name, [])} for name in SFT + PREF}
+        monotone = cfg.label_value_of(point.source_run) == "expert"  # V_expert: a bisection's gaps are implied
+        all_rows[VALUE_DATASET] += value_rows(point, label, point_meta(point), monotone, cfg.value_pairs_per_point)
+    by_dataset = {name: {variation_key(r["meta"]) for r in all_rows.get(name, [])} for name in DATASETS}
     held_out = held_out_variations(by_dataset, cfg.val_fraction)
     every = set().union(*by_dataset.values())
     sides = (len(every - held_out), len(every & held_out))
     calibration = calibration_variations(by_dataset["review_sft"] & held_out)
     counts: dict[str, dict[str, int]] = {}
-    for name in SFT + PREF:
+    for name in DATASETS:
         rows = all_rows.get(name, [])
         if not rows:
             print(f"skipped {name}: no examples (no labelled decision of this kind in the runs)", file=sys.stderr)
@@ -227,6 +246,7 @@ def build(cfg: BuildConfig) -> dict[str, dict[str, int]]:
         "config": asdict(cfg),
         "label_version": LABEL_VERSION,  # the card of an adapter trained on it keeps both (train/card.py)
         "prompt_format_version": prompt_format_version("controller"),
+        "value_prompt_version": prompt_format_version("value"),
         "counts": counts,
         "validation_variations": sorted(held_out - calibration),
         "calibration_variations": sorted(calibration),

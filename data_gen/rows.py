@@ -138,10 +138,10 @@ def reflect_rows(point: DecisionPoint, label: dict[str, Any], fit: Fit, meta: di
     return rows
 
 
-def rows_for(point: DecisionPoint, label: dict[str, Any], fit: Fit) -> dict[str, list[dict[str, Any]]]:
-    """All SFT and preference rows one labelled decision point yields."""
+def point_meta(point: DecisionPoint) -> dict[str, Any]:
+    """What every row of a decision point says of where it comes from."""
     ep = point.record
-    meta = {
+    return {
         "env": ep.env,
         "task": ep.task,
         "split": ep.split,
@@ -151,6 +151,11 @@ def rows_for(point: DecisionPoint, label: dict[str, Any], fit: Fit) -> dict[str,
         "source_run": point.source_run,
         "decision": "review",
     }
+
+
+def rows_for(point: DecisionPoint, label: dict[str, Any], fit: Fit) -> dict[str, list[dict[str, Any]]]:
+    """All SFT and preference rows one labelled decision point yields."""
+    meta = point_meta(point)
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for make in (review_rows, locate_rows, reflect_rows):
         for name, row in make(point, label, fit, meta):

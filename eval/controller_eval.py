@@ -31,8 +31,8 @@ from rir_runtime.decisions import Decision, DecisionKind, parse
 from rir_runtime.errors import ParseError, UserInputError
 from rir_runtime.jobs import _backend, check_controller_name
 from rir_runtime.prompts import DecisionContext
+from rir_runtime.values import complete_values
 from train.data import answer_class
-from train.grpo_data import complete_values
 from train.reward_eval import decision_reward, review_weights
 
 

@@ -220,6 +220,11 @@ def check_controller_name(spec: str) -> None:
 
             read_card(arg)  # a wrong or stale adapter fails before any episode runs
             continue
+        if kind == "value" and arg:
+            from rir_runtime.llm.tuned import read_card
+
+            read_card(arg, expect="value")
+            continue
         if kind == "prompted" and arg:
             continue
         if kind not in ("heuristic", "oracle", "oracle-agent", "random-review", "random-restore") or arg:

@@ -25,11 +25,14 @@ PROMPT_FORMAT_VERSION = 3
 # The agent's prompt (render_agent) counts apart: unchanged since it shared version 2 with the
 # controllers, so agent adapters trained then still load.
 AGENT_PROMPT_FORMAT_VERSION = 2
+# The value controller's trajectory prompt and option texts (`rir_runtime/options.py`), a family of their own.
+VALUE_PROMPT_VERSION = 1
+PROMPT_VERSIONS = {"agent": AGENT_PROMPT_FORMAT_VERSION, "value": VALUE_PROMPT_VERSION}
 
 
 def prompt_format_version(kind: str) -> int:
-    """The prompt format an adapter of this kind ("agent" or "controller") is trained on."""
-    return AGENT_PROMPT_FORMAT_VERSION if kind == "agent" else PROMPT_FORMAT_VERSION
+    """The prompt format an adapter of this kind ("agent", "value" or "controller") is trained on."""
+    return PROMPT_VERSIONS.get(kind, PROMPT_FORMAT_VERSION)
 
 
 Messages = list[dict[str, str]]

@@ -12,7 +12,7 @@ found by bisection in O(log n) probes.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rir_runtime.envs.base import Env, Snapshot
@@ -61,6 +61,29 @@ class ValueProbe:
             if result.done:
                 return 1.0 if result.won else 0.0
         return 0.0
+
+
+@dataclass(frozen=True)
+class ValueTable:
+    values: dict[int, float]  # every checkpoint asked for
+    implied: tuple[int, ...]  # those not measured
+
+
+def complete_values(measured: Mapping[int, float], checkpoints: Sequence[int]) -> ValueTable:
+    """V for every checkpoint from a bisection's probes: as measured, else the value of the nearest
+    measured one after it (none after: 0, the least V can be). Exact where V only falls along a branch
+    and the probes are 0/1 (`V_expert` with irreversible errors); a lower bound otherwise."""
+    probed = sorted(measured)
+    values: dict[int, float] = {}
+    implied = []
+    for i in sorted(set(checkpoints) | set(measured)):
+        if i in measured:
+            values[i] = float(measured[i])
+            continue
+        later = next((j for j in probed if j > i), None)
+        values[i] = float(measured[later]) if later is not None else 0.0
+        implied.append(i)
+    return ValueTable(values, tuple(implied))
 
 
 def latest_best_linear(indices: list[int], value: Callable[[int], float]) -> tuple[int, dict[int, float]]:

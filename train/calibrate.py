@@ -60,15 +60,24 @@ def review_rows(data: str, split: str, max_rows: int) -> tuple[str, list[dict[st
 
 
 def review_margins(adapter_dir: str, metas: list[dict[str, Any]]) -> list[float]:
-    """log p(recover) - log p(continue) of the adapter on each row's situation."""
-    from rir_runtime.controllers import PromptedController, card_prompt_tokens
-    from rir_runtime.llm.tuned import load_tuned_backend
+    """The adapter's review margin on each row's situation: log p(recover) - log p(continue) for a
+    generative adapter, the best recovery's score over going on's for a value adapter."""
+    from rir_runtime.controllers import Controller, PromptedController, card_prompt_tokens
     from rir_runtime.prompts import DecisionContext
 
-    backend = load_tuned_backend(adapter_dir)  # checks and keeps the card: its prompt budget is the served one
-    controller = PromptedController(
-        backend, name="calibration", max_prompt_tokens=card_prompt_tokens(backend.card), review_threshold=0.0
-    )
+    controller: Controller
+    if json.loads((Path(adapter_dir) / CARD).read_text()).get("kind") == "value":
+        from rir_runtime.controllers.value import ValueController
+        from rir_runtime.llm.value import load_value_scorer
+
+        controller = ValueController(load_value_scorer(adapter_dir), name="calibration", margin=0.0)
+    else:
+        from rir_runtime.llm.tuned import load_tuned_backend
+
+        backend = load_tuned_backend(adapter_dir)  # checks and keeps the card: its prompt budget is the served one
+        controller = PromptedController(
+            backend, name="calibration", max_prompt_tokens=card_prompt_tokens(backend.card), review_threshold=0.0
+        )
     return [float(controller.review(DecisionContext.from_json(m["context"])).meta["margin"]) for m in metas]
 
 

@@ -48,14 +48,16 @@ def write_card(
     fingerprints: dict[str, str],
     stage: str,
     extra: dict[str, Any] | None = None,
+    kind: str | None = None,
 ) -> Path:
     """`rir_controller.json` (what `rir_runtime.llm.tuned` checks before serving the adapter) and the
-    Hub card `README.md` next to it; returns the path of the first."""
+    Hub card `README.md` next to it; returns the path of the first. `kind`: `controller` (generative),
+    `value` (a scalar head) or `agent`; by default read from the decision types."""
     from rir_runtime.llm.tuned import describe_base
     from rir_runtime.prompts import prompt_format_version
 
     base = describe_base(base_model)
-    kind = AGENT if decision_types == [AGENT] else "controller"
+    kind = kind or (AGENT if decision_types == [AGENT] else "controller")
     card = {
         "kind": kind,
         "base_model": base.name,

@@ -31,6 +31,8 @@ STAGES = {
     "dpo": "preference tuning (DPO) of a controller adapter on the *_pref datasets, from an SFT adapter",
     "grpo": "reinforcement learning (GRPO) of a controller adapter on review and locate prompts, rewarded by "
     "each row's hindsight value table; from an SFT adapter or the base model",
+    "value": "the value controller: a scalar head with a LoRA adapter ranking a decision's options (continue, "
+    "recover to checkpoint i with its lesson) by their hindsight values (TRL RewardTrainer) on value_pref",
     "agent-sft": ("behaviour-clone the base agent on expert trajectories (train splits); loads as --policy llm:<dir>"),
     "agent": "the cloned agent in one command: rounds of agent data and agent-sft from a recipe YAML "
     "(configs/pipeline/agent_cpu.yaml), cached and resumable",
@@ -106,6 +108,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         from train import grpo
 
         grpo.main(*parse_train_args(grpo.make_parser(prog=prog), argv))
+    elif stage == "value":
+        from train import value
+
+        value.main(*parse_train_args(value.make_parser(prog=prog), argv))
     else:
         from train import dpo
 

@@ -28,40 +28,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from rir_runtime.decisions import ANSWER_OPENING
 from rir_runtime.errors import UserInputError
+from rir_runtime.values import ValueTable, complete_values
 from train.args import TrainScriptArguments
 from train.data import answer_class
 from train.rewards import LOCATE_KINDS, class_weights
 
+__all__ = ["ValueTable", "complete_values", "view_row"]
+
 GRPO_TYPES = ("review", "locate")
 META_KEYS = ("decision", "label", "values", "v_now", "context")
 IMPLIED_BY = "bisection: V only falls along a branch, so an unprobed checkpoint takes the next probed value"
-
-
-@dataclass(frozen=True)
-class ValueTable:
-    values: dict[int, float]  # every checkpoint asked for
-    implied: tuple[int, ...]  # those not measured
-
-
-def complete_values(measured: Mapping[int, float], checkpoints: Sequence[int]) -> ValueTable:
-    """V for every checkpoint: as measured, else the value of the nearest measured one after it
-    (none after: 0, the least V can be)."""
-    probed = sorted(measured)
-    values: dict[int, float] = {}
-    implied = []
-    for i in sorted(set(checkpoints) | set(measured)):
-        if i in measured:
-            values[i] = float(measured[i])
-            continue
-        later = next((j for j in probed if j > i), None)
-        values[i] = float(measured[later]) if later is not None else 0.0
-        implied.append(i)
-    return ValueTable(values, tuple(implied))
 
 
 def offered_choices(kind: str, ctx: dict[str, Any]) -> dict[int, list[int]]:

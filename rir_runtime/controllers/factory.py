@@ -18,6 +18,7 @@ CONTROLLER_KINDS = (
     "oracle-agent",
     "prompted:<model>",
     "tuned:<adapter-folder>",
+    "value:<adapter-folder>",
     "gated:<prompted or tuned controller>",
     "residual:<prompted or tuned controller>",
     "random-review",
@@ -65,4 +66,22 @@ def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None 
         return PromptedController(
             factory(spec), name=spec, max_prompt_tokens=card_prompt_tokens(card), review_threshold=float(threshold)
         )
+    if kind == "value" and arg:
+        return value_controller(arg)
     raise UnknownNameError("controller", spec, list(CONTROLLER_KINDS))
+
+
+def value_controller(adapter: str) -> Controller:
+    """`value:<dir>`: the scalar-head adapter's model (one per process) with the margin its card calibrated."""
+    from rir_runtime.controllers.value import ValueController
+    from rir_runtime.llm.tuned import read_card
+    from rir_runtime.llm.value import cached_value_scorer
+
+    card = read_card(adapter, expect="value")
+    margin = card.get("review_threshold", 0.0)  # calibrated as a generative adapter's is (train/calibrate.py)
+    if margin is None:  # written before calibration, which did not finish
+        raise UserInputError(
+            f"value adapter {adapter} has no calibrated margin (training stopped while calibrating): rerun the same "
+            "`rir train value` command; it resumes from the last checkpoint and calibrates"
+        )
+    return ValueController(cached_value_scorer(adapter), f"value:{adapter}", float(margin))

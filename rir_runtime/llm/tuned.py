@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import re
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +35,7 @@ KIND_USE = {
     "policy": "the agent policy: --policy llm:{dir}",
     "agent": "the agent policy: --policy llm:{dir}",
     "controller": "a recovery controller: --controller tuned:{dir}",
+    "value": "a value controller: --controller value:{dir}",
 }
 
 
@@ -165,15 +168,19 @@ def load_tuned_model(
     """(model in eval mode, tokenizer, card): the base model with the adapter applied (or merged)."""
     import torch
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
     card = read_card(adapter_dir, expect)
     folder = Path(adapter_dir).expanduser()
     where = base_model_location(card)
     if dtype in (None, "auto"):
         dtype = torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
+    # a value adapter sits on the base with a scalar head (its trained copy is saved in the adapter)
+    head = {"num_labels": 1} if expect == "value" else {}
+    model_class = AutoModelForSequenceClassification if expect == "value" else AutoModelForCausalLM
     try:
-        base = AutoModelForCausalLM.from_pretrained(where, dtype=dtype)
+        with quiet_loading():  # a value adapter's base lacks the head the adapter brings: not news
+            base = model_class.from_pretrained(where, dtype=dtype, **head)
     except Exception as exc:  # noqa: BLE001 - one clear line
         raise ModelLoadError(
             f"cannot load the base model '{card['base_model']}' ({where}) of adapter {folder}: {_first_line(exc)}"
@@ -191,6 +198,19 @@ def load_tuned_model(
     tok_src = folder if (folder / "tokenizer_config.json").is_file() else Path(where)
     tokenizer = AutoTokenizer.from_pretrained(str(tok_src))
     return model.to(device).eval(), tokenizer, card
+
+
+@contextmanager
+def quiet_loading() -> Iterator[None]:
+    """transformers' loading report (newly initialised or unexpected weights) left unprinted."""
+    from transformers.utils import logging
+
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
 
 
 class TunedBackend(TransformersBackend):

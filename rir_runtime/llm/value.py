@@ -1,0 +1,115 @@
+"""A value model: a base model with a scalar head and a LoRA adapter (`rir train value`), scoring the
+options of a decision that share one trajectory prompt.
+
+The prompt is run once and its key/value cache is reused by every option: the options then run in one
+batched pass over their own few tokens, so valuing thirty restore points costs about one prompt's
+prefill instead of thirty. The score of a text is the head's output at its last token (the end-of-text
+token appended to every option), as TRL's `RewardTrainer` trains it; `encode` is the one tokenisation
+of (prompt, option), shared by training and serving, so the two see the same tokens.
+
+    scorer = load_value_scorer("runs/value")
+    scorer.score(value_prompt(ctx), [o.text for o in recovery_options(ctx, True)])
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from rir_runtime.llm.backends import default_device, set_num_threads
+
+OPTION_BATCH = 16  # options scored per batched pass over the shared prompt's cache
+
+
+def encode(tokenizer: Any, prompt: str, option: str) -> tuple[list[int], list[int]]:
+    """(prompt tokens, option tokens ending with end-of-text): each text tokenised on its own, so the
+    prompt's tokens are the same whatever option follows (its cache can be shared)."""
+    prompt_ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+    option_ids = tokenizer(option, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return list(prompt_ids), list(option_ids)
+
+
+def split_head(model: Any) -> tuple[Any, Any]:
+    """(transformer body, scalar head) of a sequence-classification model, under PEFT or not (LoRA
+    layers and the trained head copy live inside these modules, so calling them applies the adapter)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return getattr(base, base.base_model_prefix), base.score
+
+
+class ValueScorer:
+    """Scores options after a shared prompt with a scalar-head model."""
+
+    def __init__(self, model: Any, tokenizer: Any, device: str = "cpu", card: dict[str, Any] | None = None) -> None:
+        self.model, self.tokenizer, self.device, self.card = model.eval(), tokenizer, device, card or {}
+        self.body, self.head = split_head(model)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    def score(self, prompt: str, options: list[str]) -> list[float]:
+        """One score per option: the prompt's cache computed once, the options in batches over it."""
+        import torch
+
+        if not options:
+            return []
+        encoded = [encode(self.tokenizer, prompt, o) for o in options]
+        prefix = torch.tensor([encoded[0][0]], device=self.device)
+        with torch.no_grad():
+            cache = self.body(input_ids=prefix, use_cache=True).cache
+            scores: list[float] = []
+            for start in range(0, len(options), OPTION_BATCH):
+                batch = [ids for _, ids in encoded[start : start + OPTION_BATCH]]
+                scores += self._score_after(cache, prefix.shape[1], batch)
+        return scores
+
+    def _score_after(self, cache: Any, prefix_len: int, batch: list[list[int]]) -> list[float]:
+        """The head at each option's last token, the options right-padded after the prompt's cache."""
+        import copy
+
+        import torch
+
+        n, width = len(batch), max(len(ids) for ids in batch)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=self.device)
+        mask = torch.zeros((n, prefix_len + width), dtype=torch.long, device=self.device)
+        mask[:, :prefix_len] = 1
+        for row, option in enumerate(batch):
+            ids[row, : len(option)] = torch.tensor(option, device=self.device)
+            mask[row, prefix_len : prefix_len + len(option)] = 1
+        shared = copy.deepcopy(cache)  # the batch extends it; the next batch needs the prompt's alone
+        shared.batch_repeat_interleave(n)
+        positions = torch.arange(prefix_len, prefix_len + width, device=self.device).expand(n, -1)
+        hidden = self.body(
+            input_ids=ids, attention_mask=mask, cache=shared, position_ids=positions, use_cache=True
+        ).last_hidden_state
+        last = torch.tensor([len(option) - 1 for option in batch], device=self.device)
+        return self.head(hidden[torch.arange(n), last]).squeeze(-1).float().tolist()
+
+    def score_uncached(self, prompt: str, options: list[str]) -> list[float]:
+        """The same scores from whole sequences, one at a time (the reference the cached path must match)."""
+        import torch
+
+        out = []
+        with torch.no_grad():
+            for option in options:
+                prompt_ids, option_ids = encode(self.tokenizer, prompt, option)
+                ids = torch.tensor([prompt_ids + option_ids], device=self.device)
+                hidden = self.body(input_ids=ids).last_hidden_state
+                out.append(float(self.head(hidden[0, -1]).squeeze(-1)))
+        return out
+
+
+def load_value_scorer(
+    adapter_dir: str | Path, device: str | None = None, num_threads: int | None = None
+) -> ValueScorer:
+    """The value model of an adapter folder, after its card is checked (kind `value`, prompt version)."""
+    from rir_runtime.llm.tuned import load_tuned_model
+
+    set_num_threads(num_threads)
+    device = device or default_device()
+    model, tokenizer, card = load_tuned_model(str(adapter_dir).removeprefix("value:"), device=device, expect="value")
+    return ValueScorer(model, tokenizer, device, card)
+
+
+@cache
+def cached_value_scorer(adapter_dir: str) -> ValueScorer:
+    """One value model per adapter and process: the episodes of a run share it."""
+    return load_value_scorer(adapter_dir)

@@ -1,0 +1,186 @@
+"""The value controller: options that name the step they blame, pairs ranked by hindsight values, a
+scalar-head model whose shared-prefix scoring equals whole-sequence scoring, a When and a Where that
+act on the best option's gain, and `rir train value` end to end on the tiny model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from data_gen.value_rows import ranked_pairs
+from rir_runtime.controllers import make_controller
+from rir_runtime.controllers.value import ValueController
+from rir_runtime.envs.checkpoints import Step
+from rir_runtime.options import CONTINUE, option_text, recovery_options, value_prompt
+from rir_runtime.prompts import DecisionContext
+
+HISTORY = (
+    Step(0, "read notebook", "The notebook reads: grind the garlic; slice the apple.", 20.0),
+    Step(1, "go to garden", "You are at the garden. You see garlic, apple.", 20.0),
+    Step(2, "take garlic", "You take the garlic.", 20.0),
+    Step(3, "chill garlic", "You chill the garlic.", 40.0),
+    Step(4, "go to garden", "You are at the garden. You see apple.", 40.0),
+    Step(5, "take apple", "You take the apple.", 40.0),
+)
+
+
+def context(trigger: str = "schedule", admissible: tuple[int, ...] = tuple(range(7))) -> DecisionContext:
+    return DecisionContext("builtin/workshop-2/dev/0", "Cook.", "", HISTORY, "You take the apple.", 40.0,
+                           trigger, admissible)  # fmt: skip
+
+
+# --- options ----------------------------------------------------------------------------------------
+def test_options_name_the_action_they_undo_and_tell_repeats_apart() -> None:
+    ctx = context()
+    assert option_text(ctx, 3) == "Option: go back to before 'chill garlic' and never do it there again."
+    assert "the 2nd 'go to garden'" in option_text(ctx, 4) and "the 1st 'go to garden'" in option_text(ctx, 1)
+    assert option_text(ctx, 6).startswith("Option: stay here and stop doing '")  # a stay blames the suspect step
+    options = recovery_options(ctx, with_continue=True)
+    assert options[0].text == CONTINUE and [o.checkpoint for o in options[1:]] == [6, 5, 4, 3, 2, 1, 0]
+    assert all(o.checkpoint is not None for o in recovery_options(ctx, with_continue=False))
+
+
+def test_the_prompt_keeps_what_was_read_and_the_score_changes() -> None:
+    prompt = value_prompt(context())
+    assert "1. read notebook (score 20) -> The notebook reads: grind the garlic" in prompt
+    assert "4. chill garlic (score 40)\n" in prompt  # no reply: neither read, first nor last
+    assert "6. take apple -> You take the apple." in prompt and prompt.endswith("Which option leads to success?\n")
+
+
+# --- pairs ------------------------------------------------------------------------------------------
+def test_pairs_put_the_best_option_first_against_the_nearest_worse_ones_then_its_ties() -> None:
+    values = {None: 0.0, 0: 0.0, 1: 0.0, 2: 0.0, 3: 1.0, 4: 0.0, 5: 0.0, 6: 0.0}
+    assert ranked_pairs(values, 4) == [(3, None), (3, 4), (3, 2), (3, 5)]
+    clean = {None: 1.0, 0: 1.0, 5: 1.0, 6: 1.0}  # nothing to recover from: going on must win the ties
+    assert ranked_pairs(clean, 8) == [(None, 6), (None, 5), (None, 0)]
+    assert ranked_pairs({4: 1.0, 6: 1.0, 2: 0.6}, 8) == [(6, 4)]  # 0.4 below is within the margin: no pair
+
+
+# --- the controller, with a scorer that reads the text ---------------------------------------------
+class Reader:
+    """A stand-in scorer: high for the option that names `culprit`, `base` for going on."""
+
+    def __init__(self, culprit: str, base: float = 0.0) -> None:
+        self.culprit, self.base, self.calls = culprit, base, 0
+
+    def score(self, prompt: str, options: list[str]) -> list[float]:
+        self.calls += 1
+        return [self.base if o == CONTINUE else (2.0 if f"before '{self.culprit}'" in o else -1.0) for o in options]
+
+
+def test_it_recovers_where_the_best_option_beats_going_on_by_the_margin_and_its_where_is_free() -> None:
+    scorer = Reader("chill garlic")
+    controller = ValueController(scorer, "value:test", margin=1.0)
+    review = controller.review(context())
+    assert review.value.recover and review.meta["restore"] == 3 and review.model_calls == 1
+    assert review.meta["margin"] == pytest.approx(2.0)
+    ctx = context("locate")
+    coarse = controller.locate_coarse(ctx)
+    fine = controller.locate_fine(ctx)
+    assert fine.value == 3 and coarse.model_calls == fine.model_calls == 0 and scorer.calls == 1
+    cautious = ValueController(Reader("chill garlic"), "value:test", margin=2.5)
+    assert not cautious.review(context()).value.recover  # a gain of 2.0 is below its margin
+
+
+def test_after_a_failed_ending_its_where_costs_one_pass_over_the_restore_options() -> None:
+    scorer = Reader("chill garlic")
+    controller = ValueController(scorer, "value:test")
+    ended = context("locate", admissible=tuple(range(6)))  # the current checkpoint is gone at the end
+    assert controller.locate_coarse(ended).model_calls == 1 and controller.locate_fine(ended).value == 3
+
+
+def test_a_long_branch_is_valued_on_every_checkpoint_up_to_the_cap() -> None:
+    """A value is a spike at the step to blame: every checkpoint is scored (in batches over one cache)."""
+    long = tuple(Step(i, f"step {i}", "ok", 0.0) for i in range(80))
+    ctx = DecisionContext("t", "goal", "", long, "ok", 0.0, "schedule", tuple(range(81)))
+    assert ValueController(Reader("step 37"), "value:test").review(ctx).meta["restore"] == 37
+    capped = ValueController(Reader("step 37"), "value:test", max_options=12)
+    assert capped._considered(ctx) == [0, *range(70, 81)]  # beyond the cap: the latest ones and the start
+
+
+def test_value_controllers_are_named_by_their_adapter_folder(tmp_path: Path) -> None:
+    from rir_runtime.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="does not exist"):
+        make_controller(f"value:{tmp_path / 'missing'}")
+
+
+# --- the model: shared-prefix scoring ------------------------------------------------------------------
+def test_scoring_options_over_the_prompts_cache_equals_scoring_whole_sequences() -> None:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from rir_runtime.llm.registry import local_path
+    from rir_runtime.llm.value import ValueScorer
+
+    path = str(local_path("tiny-random-llama"))
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+    model = get_peft_model(model, LoraConfig(task_type="SEQ_CLS", r=4, target_modules=["q_proj", "v_proj"]))
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            param.data.normal_(0, 0.5)  # a trained-looking adapter, not the identity it starts as
+    scorer = ValueScorer(model, tokenizer)
+    ctx = context()
+    texts = [o.text for o in recovery_options(ctx, with_continue=True)] * 3  # more than one batch of 16
+    cached, whole = scorer.score(value_prompt(ctx), texts), scorer.score_uncached(value_prompt(ctx), texts)
+    assert max(abs(a - b) for a, b in zip(cached, whole, strict=True)) < 1e-4
+    assert len(set(round(x, 4) for x in cached[:7])) > 1  # the options are told apart
+
+
+# --- rir train value, end to end ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def value_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from data_gen.build import BuildConfig, build
+    from data_gen.rollout import RolloutConfig, rollout
+
+    root = tmp_path_factory.mktemp("value")
+    rollout(RolloutConfig(env="builtin", tasks=["workshop-3"], split="train", variations="0-11", methods=["rir"],
+                          budget_agent="40", budget_rollback=1, review_interval=8, error_rate=0.3,
+                          out=str(root / "rollout")))  # fmt: skip
+    build(BuildConfig(rollouts=[str(root / "rollout")], out=str(root / "data"), label_value="agent-lesson",
+                      bisect=False, value_rollouts=1, value_max_steps=40))  # fmt: skip
+    return root / "data"
+
+
+def test_value_pairs_rank_options_by_the_agents_own_values(value_data: Path) -> None:
+    from datasets import load_from_disk
+
+    rows = load_from_disk(str(value_data / "value_pref"))["train"]
+    assert len(rows) > 20
+    for row in rows:
+        values = json.loads(row["meta"]["option_values"])
+        chosen, rejected = row["meta"]["chosen_option"], row["meta"]["rejected_option"]
+        better = values["continue" if chosen == -1 else str(chosen)]
+        worse = values["continue" if rejected == -1 else str(rejected)]
+        assert better >= worse and row["chosen"] != row["rejected"] and row["prompt"].startswith("Task: ")
+
+
+def test_rir_train_value_writes_an_adapter_that_serves_as_a_controller(value_data: Path, tmp_path: Path) -> None:
+    from rir_runtime.cli import main as rir
+    from rir_runtime.envs import TaskSpec
+    from rir_runtime.jobs import EpisodeJob, run_job
+
+    out = tmp_path / "value"
+    argv = ["train", "value", "--model", "tiny-random-llama", "--data", str(value_data), "--output_dir", str(out),
+            "--max_steps", "3", "--per_device_train_batch_size", "2", "--use_cpu", "true", "--bf16", "false",
+            "--lora_target_modules", "q_proj", "v_proj", "--report_to", "none", "--save_strategy", "no",
+            "--eval_strategy", "no", "--calibration_rows", "16", "--logging_steps", "1"]  # fmt: skip
+    assert rir(argv) == 0
+    card = json.loads((out / "rir_controller.json").read_text())
+    assert card["kind"] == "value" and card["stage"] == "value" and card["decision_types"] == ["review", "locate"]
+    assert card["label_values"]["label_value"] == "agent-lesson" and card["review_threshold"] is not None
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert any("loss" in entry for entry in state["log_history"])
+    controller = make_controller(f"value:{out}")
+    assert isinstance(controller, ValueController) and controller.uses_model
+    job = EpisodeJob(TaskSpec("builtin", "workshop-3", "dev", 0), "rir", f"value:{out}", "noisy-expert", "rank",
+                     0.3, 0, "40", 1, 100, 8)  # fmt: skip
+    record = run_job(job)
+    reviews = [e for e in record.events if e.type == "review"]
+    # one batched pass per review (its Where reuses it), one per Where after a failed ending
+    assert record.controller == f"value:{out}" and reviews and record.controller_calls == len(reviews)

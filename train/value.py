@@ -1,0 +1,190 @@
+"""The value controller's model: a scalar head on the base model, with a LoRA adapter, trained with
+TRL's `RewardTrainer` on the option pairs of `rir build-data` (`value_pref`).
+
+# CPU (packaged SmolLM2-135M-Instruct)
+```bash
+rir train value --config configs/train/value_cpu.yaml --data runs/decisions-cpu/data --output_dir runs/value
+```
+
+# One GPU / many GPUs
+```bash
+rir train value --launcher accelerate --accelerate-config configs/accelerate/multi_gpu.yaml \
+    --config configs/train/value_qwen2.5-0.5b.yaml --data data/controller
+```
+
+A row is a decision's trajectory prompt with two of its options, the one of higher hindsight value
+chosen; the model learns a score per option whose differences rank them (Bradley-Terry). Prompt and
+option are tokenised apart and joined (`rir_runtime.llm.value.encode`), exactly as the controller
+serves them, so the prompt's key/value cache can be shared by every option at inference. After
+training, the margin over going on that a recovery must beat is calibrated on the review rows of
+the data's calibration split (`review_threshold` in the card, as for a generative adapter), and
+the adapter serves as `--controller value:<dir>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rir_runtime.errors import UserInputError
+from train.args import TrainScriptArguments
+
+VALUE_DATASET = "value_pref"
+VALUE_DECISIONS = ["review", "locate"]  # the value controller is a When and a Where
+
+
+def main(script_args: TrainScriptArguments, training_args, model_args):
+    """Train and save the adapter into output_dir; returns the trainer (state, logs, model)."""
+    from train.run import train_and_save
+
+    trainer, card = build_trainer(script_args, training_args, model_args)
+    return train_and_save(trainer, card, script_args, training_args, model_args)
+
+
+def value_folder(data: str) -> Path:
+    """The `value_pref` folder of a build (or the folder itself), or the error that says how to make it."""
+    root = Path(data).expanduser()
+    folder = root if root.name == VALUE_DATASET else root / VALUE_DATASET
+    if not (folder / "dataset_dict.json").is_file():
+        raise UserInputError(
+            f"{root} holds no {VALUE_DATASET} dataset: build one with `rir build-data --out {root}` "
+            "(value_pairs_per_point > 0; with agent values also --no_bisect)"
+        )
+    return folder
+
+
+def tokenized(dataset: Any, tokenizer: Any, max_length: int | None) -> Any:
+    """`chosen_ids` / `rejected_ids` as the value model is served (prompt and option tokenised apart),
+    rows over `max_length` dropped; TRL's RewardTrainer takes such processed rows as they are."""
+    from rir_runtime.llm.value import encode
+
+    def encode_row(row: dict[str, Any]) -> dict[str, list[int]]:
+        prompt, chosen = encode(tokenizer, row["prompt"], row["chosen"])
+        _, rejected = encode(tokenizer, row["prompt"], row["rejected"])
+        return {"chosen_ids": prompt + chosen, "rejected_ids": prompt + rejected}
+
+    out = dataset.map(encode_row, remove_columns=dataset.column_names)
+    if max_length:
+        out = out.filter(lambda r: max(len(r["chosen_ids"]), len(r["rejected_ids"])) <= max_length)
+    return out
+
+
+def load_pairs(script_args: TrainScriptArguments, tokenizer: Any, max_length: int | None, seed: int) -> tuple[Any, ...]:
+    """(train, eval, fingerprints): the value pairs, shuffled, capped, tokenised."""
+    from train.data import _load_dict
+
+    folder = value_folder(script_args.data)
+    splits = _load_dict(folder)
+    for split in (script_args.train_split, script_args.eval_split):
+        if split not in splits:
+            raise UserInputError(f"{folder} has no '{split}' split (it has {list(splits)}): rebuild it")
+    fingerprints = {
+        f"{VALUE_DATASET}/{s}": splits[s]._fingerprint for s in (script_args.train_split, script_args.eval_split)
+    }
+
+    def take(split: str, cap: int | None) -> Any:
+        ds = splits[split].shuffle(seed=seed)
+        return tokenized(ds.select(range(min(cap, len(ds)))) if cap else ds, tokenizer, max_length)
+
+    return (
+        take(script_args.train_split, script_args.max_train_samples),
+        take(script_args.eval_split, script_args.max_eval_samples),
+        fingerprints,
+    )
+
+
+def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
+    """(RewardTrainer with a fresh LoRA adapter on a scalar-head model, the adapter card's fields)."""
+    from trl import RewardTrainer, get_peft_config
+
+    from train.distributed import check_launch, main_process_first
+    from train.models import check_lora_targets, resolve_base
+
+    check_launch(training_args)
+    value_folder(script_args.data)  # before the base model is converted
+    with main_process_first(training_args, "preparing the model and datasets"):
+        base_name, base_path = resolve_base(script_args, model_args)
+        tokenizer = value_tokenizer(base_path)
+        train_ds, eval_ds, fingerprints = load_pairs(
+            script_args, tokenizer, training_args.max_length, training_args.seed
+        )
+    model = scalar_head_model(base_path, tokenizer, model_args)
+    model_args.use_peft, model_args.lora_task_type = True, "SEQ_CLS"  # LoRA settings come from ModelConfig
+    peft_config = get_peft_config(model_args)
+    check_lora_targets(model, peft_config, base_name)
+    need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
+    trainer = RewardTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds if need_eval else None,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    card = dict(
+        base_model=base_name,
+        base_model_path=base_path,
+        decision_types=VALUE_DECISIONS,
+        fingerprints=fingerprints,
+        stage="value",
+        kind="value",
+        extra={"label_values": label_values(script_args.data)},
+    )
+    return trainer, card
+
+
+def value_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.eos_token_id is None:
+        raise UserInputError(f"the tokenizer of {path} has no end-of-text token, which ends every option")
+    return tokenizer
+
+
+def scalar_head_model(path: str, tokenizer: Any, model_args: Any) -> Any:
+    """The base model with a fresh scalar head (`num_labels=1`), its pad token set as TRL expects."""
+    from transformers import AutoModelForSequenceClassification
+
+    from rir_runtime.llm.tuned import quiet_loading
+
+    try:
+        with quiet_loading():  # "score.weight newly initialized": the head is what we train
+            model = AutoModelForSequenceClassification.from_pretrained(
+                path, num_labels=1, dtype=model_args.dtype or "auto"
+            )
+    except OSError as err:
+        raise UserInputError(f"cannot load base model {path}: {str(err).splitlines()[0]}") from None
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def label_values(data: str) -> dict[str, Any]:
+    """Whose values ranked the options (the build's label_value, per rollout folder where it differs)."""
+    for folder in (Path(data), Path(data).parent):
+        path = folder / "build.json"
+        if path.is_file():
+            config = json.loads(path.read_text()).get("config", {})
+            return {"label_value": config.get("label_value"), "run_label_values": config.get("run_label_values", [])}
+    return {}
+
+
+def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str | None = None):
+    from trl import ModelConfig, RewardConfig, TrlParser
+
+    dataclass_types: tuple[Any, ...] = (TrainScriptArguments, RewardConfig, ModelConfig)
+    if subparsers is not None:
+        return subparsers.add_parser("value", help="train a value controller adapter", dataclass_types=dataclass_types)
+    return TrlParser(dataclass_types, prog=prog)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from train.args import run_script
+
+    sys.exit(run_script(main, make_parser(prog="python -m train.value")))
