@@ -71,7 +71,8 @@ class AgentValue:
         self, env: Env, point: DecisionPoint, i: int, snapshot: Snapshot, kept: Reflection | None = None
     ) -> float:
         """The success rate of the agent continued from checkpoint i of the point's branch; `kept`: the
-        reflection a recovery to i would add to memory (None: continue with the memory as it was)."""
+        reflection a recovery to i would add to memory (None: continue with the memory as it was). A
+        continuation ends after `max_steps` actions or the calls the episode had left, whichever first."""
         prefix = point.history[:i]
         wins = [self._continue(env, point, prefix, snapshot, k, kept) for k in range(self.rollouts)]
         return sum(wins) / len(wins)
@@ -79,10 +80,11 @@ class AgentValue:
     def _continue(
         self, env: Env, point: DecisionPoint, prefix: tuple[Step, ...], start: Snapshot, k: int, kept: Reflection | None
     ) -> bool:
-        parts: list[object] = [self.name, point.task.key, [s.action for s in prefix], k]
+        calls = min(self.max_steps, point.calls_left) if point.record.budget_agent else self.max_steps
+        parts: list[object] = [self.name, point.task.key, [s.action for s in prefix], k, calls]
         key = json.dumps(parts + ([kept.to_json(), self.remember_abandoned] if kept else []))
         if key not in self._cache:
-            self._cache[key] = self._run(env, point, prefix, start, k, kept)
+            self._cache[key] = self._run(env, point, prefix, start, k, kept, calls)
             self._write(key, self._cache[key])
         return self._cache[key]
 
@@ -94,7 +96,14 @@ class AgentValue:
         return memory
 
     def _run(
-        self, env: Env, point: DecisionPoint, prefix: tuple[Step, ...], start: Snapshot, k: int, kept: Reflection | None
+        self,
+        env: Env,
+        point: DecisionPoint,
+        prefix: tuple[Step, ...],
+        start: Snapshot,
+        k: int,
+        kept: Reflection | None,
+        calls: int,
     ) -> bool:
         try:
             obs = env.restore(start)
@@ -104,7 +113,7 @@ class AgentValue:
         policy = self.make_policy(env, k)
         memory = self._memory(point, prefix, kept)
         won, steps = play_on(
-            env, policy, point.task.key, point.objective, memory, prefix, obs.text, self.guidance, self.max_steps
+            env, policy, point.task.key, point.objective, memory, prefix, obs.text, self.guidance, calls
         )
         self.env_steps += steps
         return won

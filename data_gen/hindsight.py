@@ -32,14 +32,14 @@ from rir_runtime.memory import MemorySnapshot, ReflectionMemory
 from rir_runtime.policies import AgentContext, NoisyExpertPolicy
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.recovery import segments
-from rir_runtime.trace import EpisodeRecord, ReviewPoint, replay
+from rir_runtime.trace import EpisodeRecord, RespondEvent, ReviewPoint, RollbackCallEvent, StepEvent, replay
 from rir_runtime.values import ValueProbe, latest_best_bisect, latest_best_linear
 
 RECOVER_MARGIN = 0.5  # "well below": V must rise by at least this much to justify a recovery
 # What a label means, recorded in build.json and in the cards of adapters trained on the data;
 # `rir eval-controller` refuses to score an adapter on data of another version. Bump it whenever
 # labelling changes what a label means (the margin, the values compared, how ties or stays are labelled).
-LABEL_VERSION = 2
+LABEL_VERSION = 3  # 3: an agent's continuations end with the calls its episode had left
 REVIEW_TIES = ("continue", "heuristic")  # the review label where the values cannot tell the options apart
 
 
@@ -76,6 +76,17 @@ class DecisionPoint:
     @property
     def memory(self) -> MemorySnapshot:
         return self.review.memory
+
+    @property
+    def calls_left(self) -> int:
+        """The agent calls the episode had left at this review: its budget less the actions, final
+        responses and rollback calls before it (a continuation cannot outlast them)."""
+        spent = 0
+        for event in self.record.events:
+            if event is self.review.review:
+                break
+            spent += isinstance(event, StepEvent | RespondEvent | RollbackCallEvent)
+        return max(0, self.record.budget_agent - spent)
 
     @property
     def chosen_step(self) -> int | None:
