@@ -24,13 +24,14 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rir_runtime.agent import AgentContext, Policy
 from rir_runtime.controllers import HeuristicController
 from rir_runtime.decisions import Reflection
 from rir_runtime.envs import Env, TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError
 from rir_runtime.memory import ReflectionMemory
-from rir_runtime.policies import AgentContext, LLMPolicy, Policy, action_mode, agent_prompt, plausible_mistake
+from rir_runtime.policies import LLMPolicy, action_mode, agent_prompt, plausible_mistake
 from rir_runtime.prompts import DecisionContext
 
 PREVIOUS = "previous"  # mistakes_of: the adapter of the previous round of a recipe

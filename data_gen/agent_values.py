@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from rir_runtime.agent import Policy
 from rir_runtime.decisions import Reflection
 from rir_runtime.envs import Env, Snapshot
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import RestoreError
 from rir_runtime.guidance import Guidance
 from rir_runtime.memory import ReflectionMemory
-from rir_runtime.policies import Policy
 from rir_runtime.values import play_on
 
 if TYPE_CHECKING:

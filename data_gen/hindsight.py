@@ -23,13 +23,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from data_gen.agent_values import AgentValue
+from rir_runtime.agent import AgentContext
 from rir_runtime.controllers import HeuristicController, reflection_for
 from rir_runtime.decisions import Reflection, avoid_lesson
 from rir_runtime.envs import Env, Snapshot, TaskSpec
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import RestoreError
 from rir_runtime.memory import MemorySnapshot, ReflectionMemory
-from rir_runtime.policies import AgentContext, NoisyExpertPolicy
+from rir_runtime.policies import NoisyExpertPolicy
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.recovery import segments
 from rir_runtime.trace import EpisodeRecord, RespondEvent, ReviewPoint, RollbackCallEvent, StepEvent, replay

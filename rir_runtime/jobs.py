@@ -265,7 +265,8 @@ def run_job(job: EpisodeJob) -> EpisodeRecord:
     from rir_runtime.budgets import AgentBudget, Budgets
     from rir_runtime.controllers import make_controller
     from rir_runtime.loop import EpisodeRunner
-    from rir_runtime.policies import LLMPolicy, NoisyExpertPolicy, Policy, action_mode
+    from rir_runtime.agent import Policy
+    from rir_runtime.policies import LLMPolicy, NoisyExpertPolicy, action_mode
 
     env = _env(job.task.env)
     if job.policy == "noisy-expert":

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 
+from rir_runtime.agent import AgentContext, Policy
 from rir_runtime.budgets import Budgets
 from rir_runtime.controllers import Controller, failure_signal, latest_admissible_in, reflection_for
 from rir_runtime.decisions import Decision, Reflection, Review, dump
@@ -27,7 +28,6 @@ from rir_runtime.envs.checkpoints import CheckpointStore, Step
 from rir_runtime.errors import RestoreError
 from rir_runtime.guidance import EXCLUDED
 from rir_runtime.memory import ReflectionMemory
-from rir_runtime.policies import AgentContext, Policy
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.recovery import RecoveryPreset, ReviewSchedule, segments
 from rir_runtime.trace import (

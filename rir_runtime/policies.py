@@ -1,6 +1,6 @@
 """Base policies: the LLM agent, and a scripted error-injected expert for controlled experiments.
 
-A policy sees an `AgentContext` and answers an `AgentAction`: a task action, a call of the
+A policy sees an `AgentContext` and answers an `AgentAction` (`agent.py`): a task action, a call of the
 `rollback` tool (with a reason), or a final response that ends the episode.
 """
 
@@ -9,66 +9,20 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from functools import cached_property
-from typing import Literal, Protocol
+from dataclasses import replace
+from typing import Literal
 
+from rir_runtime.agent import AgentAction, AgentContext
 from rir_runtime.envs.base import Env
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UnknownNameError
-from rir_runtime.guidance import EXCLUDED, Guidance, GuidedChoice
+from rir_runtime.guidance import EXCLUDED, GuidedChoice
 from rir_runtime.llm.base import Backend
-from rir_runtime.memory import ReflectionMemory
 from rir_runtime.prompts import Messages, content_tokens, render_agent
-
-NO_GUIDANCE = Guidance()
-
-
-@dataclass(frozen=True)
-class AgentContext:
-    """What the policy sees. Valid actions are listed on first use only: on ScienceWorld listing
-    them costs more than a step, and the scripted expert rarely needs them."""
-
-    task: str
-    objective: str
-    memory: ReflectionMemory
-    history: tuple[Step, ...]
-    observation: str
-    list_actions: Callable[[], list[str]]
-    guidance: Guidance = NO_GUIDANCE  # how the memory's failure records act on the choice
-
-    @cached_property
-    def actions(self) -> list[str]:
-        return self.list_actions()
-
-
-@dataclass(frozen=True)
-class AgentAction:
-    kind: Literal["task", "rollback", "respond"]
-    text: str
-    reason: str = ""
-    target: int | None = None  # rollback: a checkpoint the agent asks for (validated by the loop)
-    injected_error: bool = False  # scripted expert: this action is a deliberate mistake
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    parse_failure: bool = False
-    guided: GuidedChoice | None = None  # what memory guidance changed at this step, if it acted
-
-
-class Policy(Protocol):
-    name: str
-
-    def act(self, ctx: AgentContext) -> AgentAction: ...
-
-    def fork(self, env: Env, k: int) -> Policy:
-        """A copy that acts on `env` as this agent would from here on (continuation k of `V_agent`;
-        k = 0 is the agent's own future), leaving this one untouched."""
-        ...
 
 
 # --- the error-injected expert ---------------------------------------------------------------------
-def _unit(*parts: str) -> float:
+def unit_draw(*parts: str) -> float:
     """A deterministic number in [0, 1) from strings: the same state always gives the same draw."""
     digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
@@ -81,7 +35,7 @@ def plausible_mistake(right: str, actions: list[str], task: str, state: str) -> 
     similar = [a for a in actions if a != right and (a.split()[0] == words[0] or a.split()[-1] == words[-1])]
     if not similar:
         return None
-    return similar[int(_unit(task, state, "pick") * len(similar))]
+    return similar[int(unit_draw(task, state, "pick") * len(similar))]
 
 
 class NoisyExpertPolicy:
@@ -122,7 +76,7 @@ class NoisyExpertPolicy:
             return AgentAction("respond", "I cannot find a way to finish the task.")
         right, self._after[state] = plan[0], plan[1:]
         key = "|".join(state)
-        if _unit(str(self.seed), ctx.task, key, right) < self.error_rate:
+        if unit_draw(str(self.seed), ctx.task, key, right) < self.error_rate:
             wrong = plausible_mistake(right, ctx.actions, ctx.task, key)
             if wrong and not ctx.memory.forbids(wrong):
                 self._after[state], self._pending = plan, self._pending | {state}

@@ -11,14 +11,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from rir_runtime.decisions import DecisionKind
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.signals import is_error_reply, trajectory_signals
-
-if TYPE_CHECKING:
-    from rir_runtime.values import Hindsight
+from rir_runtime.values import Hindsight
 
 # 2: a terminal review states the ending; 3: compact trajectory lines and a Signals line
 PROMPT_FORMAT_VERSION = 3

@@ -15,12 +15,12 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rir_runtime.agent import AgentContext, Policy
 from rir_runtime.envs.base import Env, Snapshot
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import RestoreError, RIRError
 from rir_runtime.guidance import Guidance
 from rir_runtime.memory import ReflectionMemory
-from rir_runtime.policies import AgentContext, Policy
 
 
 @dataclass

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from data_gen.agent_data import AgentDataConfig, AgentDataSource, build_agent_data, expert_episode
+from rir_runtime.agent import AgentContext
 from rir_runtime.config import build_config
 from rir_runtime.envs import TaskSpec
 from rir_runtime.envs.builtin import WorkshopEnv
 from rir_runtime.errors import UserInputError
 from rir_runtime.memory import ReflectionMemory
-from rir_runtime.policies import AgentContext, LLMPolicy
+from rir_runtime.policies import LLMPolicy
 
 TASK = TaskSpec("builtin", "workshop-3", "train", 4)
 
@@ -197,7 +198,7 @@ class HeatFirstAgent:
     name = "heat-first"
 
     def act(self, ctx: AgentContext):
-        from rir_runtime.policies import AgentAction
+        from rir_runtime.agent import AgentAction
 
         heats = [a for a in ctx.actions if a.startswith("heat ")]
         return AgentAction("task", heats[0] if heats else ctx.actions[0])

@@ -10,13 +10,14 @@ from typing import Literal
 
 import pytest
 
+from rir_runtime.agent import AgentContext
 from rir_runtime.controllers import PromptedController
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError
 from rir_runtime.llm import Backend, OpenAIBackend, TransformersBackend, make_backend
 from rir_runtime.llm.batching import BatchingBackend
 from rir_runtime.memory import ReflectionMemory
-from rir_runtime.policies import AgentContext, LLMPolicy
+from rir_runtime.policies import LLMPolicy
 from rir_runtime.prompts import DecisionContext
 
 STEPS = (

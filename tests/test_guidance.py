@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from eval.mistakes import after_restores, after_stays
+from rir_runtime.agent import AgentContext
 from rir_runtime.budgets import Budgets
 from rir_runtime.controllers import HeuristicController
 from rir_runtime.decisions import Failure, Reflection
@@ -19,7 +20,7 @@ from rir_runtime.guidance import EXCLUDED, Guidance
 from rir_runtime.llm import make_backend
 from rir_runtime.loop import EpisodeRunner
 from rir_runtime.memory import ReflectionMemory
-from rir_runtime.policies import AgentContext, LLMPolicy
+from rir_runtime.policies import LLMPolicy
 from rir_runtime.recovery import PRESETS
 from rir_runtime.trace import GuidanceEvent, replay
 

@@ -274,10 +274,11 @@ def test_served_smollm2_answers_chat_and_raw_text_and_names_a_wrong_model(served
 
 @pytest.mark.integration
 def test_served_smollm2_acts_as_a_policy_on_a_builtin_step(served_smollm2: tuple[str, str]) -> None:
+    from rir_runtime.agent import AgentContext
     from rir_runtime.envs import TaskSpec, make_env
     from rir_runtime.envs.checkpoints import Step
     from rir_runtime.memory import ReflectionMemory
-    from rir_runtime.policies import AgentContext, LLMPolicy
+    from rir_runtime.policies import LLMPolicy
 
     model, url = served_smollm2
     backend = make_backend(f"openai:{model}@{url}")

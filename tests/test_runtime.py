@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+from rir_runtime.agent import AgentAction, AgentContext
 from rir_runtime.budgets import Budgets
 from rir_runtime.controllers import (
     HeuristicController,
@@ -25,7 +26,7 @@ from rir_runtime.errors import UnknownNameError
 from rir_runtime.jobs import SelectionConfig, check_controller_name, expand_jobs, run_jobs
 from rir_runtime.loop import EpisodeRunner
 from rir_runtime.memory import MemorySnapshot, ReflectionMemory, is_state_claim
-from rir_runtime.policies import AgentAction, AgentContext, NoisyExpertPolicy
+from rir_runtime.policies import NoisyExpertPolicy
 from rir_runtime.prompts import DecisionContext, fit_decision
 from rir_runtime.recovery import PRESETS, ReviewSchedule, segments
 from rir_runtime.trace import read_records

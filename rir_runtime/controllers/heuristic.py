@@ -50,9 +50,9 @@ class ExploringController(HeuristicController):
         )
 
     def _draw(self, ctx: DecisionContext, salt: str) -> float:
-        from rir_runtime.policies import _unit
+        from rir_runtime.policies import unit_draw
 
-        return _unit(salt, ctx.task, "|".join(s.action for s in ctx.history))
+        return unit_draw(salt, ctx.task, "|".join(s.action for s in ctx.history))
 
     def review(self, ctx: DecisionContext) -> Decision:
         if not self.random_review:
