@@ -244,7 +244,7 @@ def build(cfg: BuildConfig) -> dict[str, dict[str, int]]:
         counts[name] = {s: len(r) for s, r in splits.items()}
     summary = {
         "config": asdict(cfg),
-        "label_version": LABEL_VERSION,  # the card of an adapter trained on it keeps both (train/card.py)
+        "label_version": LABEL_VERSION,  # the card of an adapter trained on it keeps both (train/adapter_files.py)
         "prompt_format_version": prompt_format_version("controller"),
         "value_prompt_version": prompt_format_version("value"),
         "counts": counts,

@@ -259,7 +259,7 @@ def check_versions(data: Path, specs: list[str]) -> None:
     """Refuse to score a `tuned:` adapter trained on data of another label or prompt format version
     than `data`: its figures would compare labels that mean different things. Data or cards written
     before the versions were recorded are scored, with one warning."""
-    from rir_runtime.llm.tuned import read_card
+    from rir_runtime.llm.card import read_card
 
     adapters = list(dict.fromkeys(a for spec in specs for a in tuned_adapters(spec)))
     built = built_versions(data)

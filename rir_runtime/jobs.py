@@ -216,12 +216,12 @@ def check_controller_name(spec: str) -> None:
         name = gated[1] if gated else name  # a gate wraps a model-backed controller: check that one
         kind, _, arg = name.partition(":")
         if kind == "tuned" and arg:
-            from rir_runtime.llm.tuned import read_card
+            from rir_runtime.llm.card import read_card
 
             read_card(arg)  # a wrong or stale adapter fails before any episode runs
             continue
         if kind == "value" and arg:
-            from rir_runtime.llm.tuned import read_card
+            from rir_runtime.llm.card import read_card
 
             read_card(arg, expect="value")
             continue
@@ -262,10 +262,10 @@ def _env(name: str) -> Env:
 
 def run_job(job: EpisodeJob) -> EpisodeRecord:
     """Run one episode; environments and model backends are cached per worker process."""
+    from rir_runtime.agent import Policy
     from rir_runtime.budgets import AgentBudget, Budgets
     from rir_runtime.controllers import make_controller
     from rir_runtime.loop import EpisodeRunner
-    from rir_runtime.agent import Policy
     from rir_runtime.policies import LLMPolicy, NoisyExpertPolicy, action_mode
 
     env = _env(job.task.env)

@@ -289,8 +289,8 @@ def test_the_card_holds_a_pending_threshold_until_calibration_writes_it(
     import types
 
     import train.calibrate
+    from train.adapter_files import write_adapter_files
     from train.args import TrainScriptArguments
-    from train.card import write_adapter_files
 
     def killed(*_args: object) -> None:
         raise KeyboardInterrupt

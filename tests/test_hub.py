@@ -17,7 +17,7 @@ pytest.importorskip("peft")
 pytest.importorskip("huggingface_hub")
 
 from rir_runtime.errors import UserInputError  # noqa: E402
-from rir_runtime.llm.tuned import PlainAdapterWarning, describe_base  # noqa: E402
+from rir_runtime.llm.card import PlainAdapterWarning, describe_base  # noqa: E402
 
 MESSAGES = [{"role": "user", "content": "Decision: review. Is the agent stuck?"}]
 
@@ -48,8 +48,9 @@ def plain_adapter(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_plain_peft_adapter_loads_as_policy_and_controller(plain_adapter: Path) -> None:
     from rir_runtime.jobs import check_controller_name
+    from rir_runtime.llm.card import CARD
     from rir_runtime.llm.factory import make_backend
-    from rir_runtime.llm.tuned import CARD, TunedBackend
+    from rir_runtime.llm.tuned import TunedBackend
 
     recorded = json.loads((plain_adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
     assert not (plain_adapter / CARD).exists() and Path(recorded).name == "tiny-random-llama"
@@ -69,7 +70,7 @@ def test_plain_peft_adapter_loads_as_policy_and_controller(plain_adapter: Path) 
 
 
 def test_plain_adapter_without_base_model_is_a_clear_error(plain_adapter: Path, tmp_path: Path) -> None:
-    from rir_runtime.llm.tuned import read_card
+    from rir_runtime.llm.card import read_card
 
     folder = tmp_path / "adapter"
     folder.mkdir()
@@ -96,11 +97,11 @@ def test_base_model_names_are_shareable(tmp_path: Path) -> None:
 
 # --- adapter card --------------------------------------------------------------------------------------------
 def _card(folder: Path, base_model: str, base_model_path: str = "") -> dict[str, Any]:
-    from train.card import write_card
+    from train.adapter_files import write_cards
 
     folder.mkdir(parents=True, exist_ok=True)
     fingerprints = {"review_sft/train": "f1", "review_sft/validation": "f2"}
-    write_card(
+    write_cards(
         str(folder),
         base_model=base_model,
         base_model_path=base_model_path or base_model,

@@ -418,7 +418,7 @@ def test_lora_target_typo_lists_the_linear_layers(data: Path, tmp_path: Path) ->
 
 
 def test_adapter_card_checks(sft_run, tmp_path: Path) -> None:
-    from rir_runtime.llm.tuned import read_card
+    from rir_runtime.llm.card import read_card
 
     src, _ = sft_run
     bad = tmp_path / "adapter"
@@ -533,7 +533,7 @@ def test_report_to_tensorboard_writes_event_files(data: Path, tmp_path: Path, mo
 def test_agent_adapters_keep_their_own_prompt_format_version(tmp_path: Path) -> None:
     """A controller prompt change must not retire agent adapters: each kind is checked against its own
     prompt format."""
-    from rir_runtime.llm.tuned import read_card
+    from rir_runtime.llm.card import read_card
     from rir_runtime.prompts import AGENT_PROMPT_FORMAT_VERSION
 
     agent = tmp_path / "agent"

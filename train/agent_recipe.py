@@ -35,6 +35,7 @@ import yaml
 from data_gen.agent_data import PREVIOUS, AgentDataConfig
 from rir_runtime.config import FlagParser, add_dataclass_arguments, build_config, load_yaml, parse_config
 from rir_runtime.errors import RIRError, UserInputError
+from rir_runtime.llm.card import CARD, has_card
 from rir_runtime.stages import Stages, yaml_settings
 from train.cli import DEFAULT_ACCELERATE_CONFIG, LAUNCHERS
 from train.launch import last_complete_checkpoint, run_training, train_command
@@ -275,8 +276,8 @@ def run_recipe(cfg: AgentRecipeConfig) -> Path:
     stages = Stages(Path(cfg.out), label="agent")
     folders = [round_stage(stages, cfg, i) for i in range(len(cfg.rounds))]
     adapter = folders[-1] / "adapter"
-    if not (adapter / "rir_controller.json").is_file():
-        raise RIRError(f"{adapter} has no adapter card (rir_controller.json): its training did not finish")
+    if not has_card(adapter):
+        raise RIRError(f"{adapter} has no adapter card ({CARD}): its training did not finish")
     final = Path(cfg.out) / "final"
     shutil.rmtree(final, ignore_errors=True)
     shutil.copytree(adapter, final, ignore=shutil.ignore_patterns("checkpoint-*"))

@@ -16,7 +16,6 @@ rows, was set to say "recover" on every review).
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -24,9 +23,7 @@ from typing import Any
 
 from eval.metrics import best_threshold, binary_quality
 from rir_runtime.errors import UserInputError
-
-CARD = "rir_controller.json"
-
+from rir_runtime.llm.card import card_as_written, update_card
 
 CALIBRATION = "calibration"  # the review datasets' split for this, disjoint from the validation rows
 MIN_ROWS_PER_LABEL = 5  # fewer "recover" (or "continue") rows than this: no threshold is fitted
@@ -66,7 +63,7 @@ def review_margins(adapter_dir: str, metas: list[dict[str, Any]]) -> list[float]
     from rir_runtime.prompts import DecisionContext
 
     controller: Controller
-    if json.loads((Path(adapter_dir) / CARD).read_text()).get("kind") == "value":
+    if card_as_written(adapter_dir).get("kind") == "value":
         from rir_runtime.controllers.value import ValueController
         from rir_runtime.llm.value import load_value_scorer
 
@@ -119,7 +116,7 @@ def calibrate_review(
             "f1_at_threshold": tuned.f1,
         },
     }
-    write_record(adapter_dir, record)
+    update_card(adapter_dir, record)
     print(
         f"review threshold {threshold:+.3f}: balanced accuracy {at_zero.balanced_accuracy:.1%} at 0 -> "
         f"{tuned.balanced_accuracy:.1%} on {len(labels)} {split} rows (AUROC {tuned.auroc:.3f})",
@@ -143,12 +140,4 @@ def keep_zero(adapter_dir: str, reason: str, split: str, metas: list[dict[str, A
     """Fit no threshold: the card keeps 0 (the adapter's own argmax) and says why, with what was found."""
     print(f"warning: calibration skipped: {reason}", file=sys.stderr)
     skipped = {"skipped": reason, **row_counts(split, metas), **found}
-    return write_record(adapter_dir, {"review_threshold": 0.0, "review_calibration": skipped})
-
-
-def write_record(adapter_dir: str, record: dict[str, Any]) -> dict[str, Any]:
-    """Merge `record` into the adapter card; returns it."""
-    path = Path(adapter_dir) / CARD
-    card = json.loads(path.read_text())
-    path.write_text(json.dumps({**card, **record}, indent=2) + "\n")
-    return record
+    return update_card(adapter_dir, {"review_threshold": 0.0, "review_calibration": skipped})

@@ -122,8 +122,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_calibrate(argv: list[str]) -> int:
     """`rir train calibrate --adapter DIR --data DIR`: the review threshold that training writes into
     the adapter card, fitted again (the adapter's weights are not touched)."""
-    from rir_runtime.llm.tuned import read_card
-    from train.calibrate import CARD, MIN_ROWS_PER_LABEL, calibrate_review
+    from rir_runtime.llm.card import CARD, has_card, read_card
+    from train.calibrate import MIN_ROWS_PER_LABEL, calibrate_review
 
     parser = argparse.ArgumentParser(prog="rir train calibrate", description=cmd_calibrate.__doc__)
     parser.add_argument("--adapter", required=True, help="adapter folder of `rir train sft|dpo|grpo`")
@@ -134,7 +134,7 @@ def cmd_calibrate(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     read_card(args.adapter)  # a controller adapter in this runtime's prompt format, or a clear error
-    if not (Path(args.adapter) / CARD).is_file():
+    if not has_card(args.adapter):
         raise UserInputError(
             f"{args.adapter} is a plain PEFT adapter without {CARD}, where the threshold is written: "
             "calibrate an adapter trained by `rir train sft|dpo|grpo`"

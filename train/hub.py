@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rir_runtime.errors import UserInputError
-from rir_runtime.llm.tuned import CARD, PEFT_CONFIG
+from rir_runtime.llm.card import CARD, PEFT_CONFIG, card_as_written
 
 WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 DATASET_DICT = "dataset_dict.json"
@@ -49,7 +49,7 @@ def shared_files(folder: Path) -> dict[str, Path | bytes]:
 def adapter_upload(folder: str | Path, repo_id: str, datasets: Sequence[str] = ()) -> Upload:
     """An adapter of `rir train`: its files, with a README whose front matter names the Hub base model
     (and `datasets`, Hub ids of the training data) and an adapter_config.json that does too."""
-    from train.card import adapter_readme, hub_base_model
+    from train.model_card import adapter_readme, hub_base_model
 
     folder = Path(folder).expanduser()
     if not (folder / PEFT_CONFIG).is_file() or not any((folder / w).is_file() for w in WEIGHTS):
@@ -62,7 +62,7 @@ def adapter_upload(folder: str | Path, repo_id: str, datasets: Sequence[str] = (
             f"{folder} has no {CARD}: push_adapter publishes adapters trained by `rir train`; push a plain "
             "PEFT adapter with PeftModel.push_to_hub or huggingface_hub's upload_folder"
         )
-    card = json.loads((folder / CARD).read_text())
+    card = card_as_written(folder)
     files = shared_files(folder)
     files["README.md"] = adapter_readme(card, repo_id.split("/")[-1], datasets).encode()
     hub_base = hub_base_model(card)

@@ -31,7 +31,7 @@ def resolve_base(script_args: TrainScriptArguments, model_args: Any) -> tuple[st
 def resolve_start(script_args: Any, model_args: Any) -> tuple[str, str]:
     """(base name, base path) of a run. A run that continues `sft_adapter` trains on that adapter's
     base model unless --model names another, which must then be the same."""
-    from rir_runtime.llm.tuned import read_card
+    from rir_runtime.llm.card import read_card
 
     adapter = getattr(script_args, "sft_adapter", None)
     card = read_card(adapter) if adapter else None
@@ -45,7 +45,7 @@ def resolve_start(script_args: Any, model_args: Any) -> tuple[str, str]:
 
 def check_same_base(card: dict, adapter: str, base_name: str, base_path: str) -> None:
     """The SFT adapter must sit on the base model we load (else the LoRA shapes or meaning differ)."""
-    from rir_runtime.llm.tuned import base_model_location
+    from rir_runtime.llm.card import base_model_location
 
     if card["base_model"] == base_name or Path(base_model_location(card)).resolve() == Path(base_path).resolve():
         return

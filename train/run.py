@@ -12,7 +12,7 @@ from typing import Any
 
 def train_and_save(trainer: Any, card: dict, script_args: Any, training_args: Any, model_args: Any) -> Any:
     """Train `trainer` and save its adapter into output_dir; returns the trainer (state, logs, model)."""
-    from train.card import write_adapter_files
+    from train.adapter_files import write_adapter_files
     from train.crashes import last_checkpoint, oom_advice
     from train.distributed import end_training
 

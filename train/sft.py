@@ -17,7 +17,7 @@ accelerate launch --config_file configs/accelerate/multi_gpu.yaml --num_processe
 All decision types (review, locate, reflect) are mixed into one dataset: the prompt names the
 decision ("Decision: review"), so one adapter serves all three. The loss covers the completion
 only (prompt-completion data). A rerun into the same output_dir resumes from its last checkpoint.
-The adapter folder gets the tokenizer and `rir_controller.json` (checked by `rir_runtime.llm.tuned`).
+The adapter folder gets the tokenizer and `rir_controller.json` (checked by `rir_runtime.llm.card`).
 """
 
 from __future__ import annotations

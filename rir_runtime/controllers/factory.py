@@ -53,7 +53,7 @@ def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None 
         factory = backend_factory or make_backend
         if kind == "prompted":
             return PromptedController(factory(arg), name=spec)
-        from rir_runtime.llm.tuned import read_card
+        from rir_runtime.llm.card import read_card
 
         # `tuned:<dir>` keeps its prefix: the backend factory loads base + adapter after checking its card
         card = read_card(arg)
@@ -74,7 +74,7 @@ def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None 
 def value_controller(adapter: str) -> Controller:
     """`value:<dir>`: the scalar-head adapter's model (one per process) with the margin its card calibrated."""
     from rir_runtime.controllers.value import ValueController
-    from rir_runtime.llm.tuned import read_card
+    from rir_runtime.llm.card import read_card
     from rir_runtime.llm.value import cached_value_scorer
 
     card = read_card(adapter, expect="value")

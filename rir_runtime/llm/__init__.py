@@ -1,6 +1,6 @@
 """Models: the registry (names -> weights), the `Backend` protocol and its implementations."""
 
-from rir_runtime.llm.backends import OpenAIBackend, TransformersBackend, load_transformers_backend
+from rir_runtime.llm.backends import TransformersBackend, load_transformers_backend
 from rir_runtime.llm.base import Backend, Completion, Messages, Prompt, truncate_at_stop
 from rir_runtime.llm.batching import BatchingBackend
 from rir_runtime.llm.factory import make_backend
@@ -16,6 +16,7 @@ from rir_runtime.llm.registry import (
     prepare_model,
     resolve_model,
 )
+from rir_runtime.llm.remote import OpenAIBackend
 from rir_runtime.llm.tuned import TunedBackend, load_tuned_backend
 
 __all__ = [

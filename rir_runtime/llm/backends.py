@@ -17,24 +17,7 @@ from typing import Any
 
 from rir_runtime.errors import RIRError
 from rir_runtime.llm.base import Completion, Prompt, truncate_at_stop
-from rir_runtime.llm.remote import OpenAIBackend
-
-__all__ = ["OpenAIBackend", "TransformersBackend", "default_device", "load_transformers_backend", "set_num_threads"]
-
-
-def default_device() -> str:
-    """`cuda` when a GPU is visible, else `cpu`: local models run where the machine is fastest."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def set_num_threads(num_threads: int | None) -> None:
-    """Process-wide torch threads; 1 per worker avoids OpenMP spin-wait collapse on a busy CPU."""
-    if num_threads:
-        import torch
-
-        torch.set_num_threads(num_threads)
+from rir_runtime.llm.device import default_device, set_num_threads
 
 
 class TransformersBackend:

@@ -8,8 +8,9 @@ from typing import Any
 from rir_runtime.errors import ModelLoadError
 from rir_runtime.llm.backends import load_transformers_backend
 from rir_runtime.llm.base import Backend
+from rir_runtime.llm.card import has_card, is_adapter_folder
 from rir_runtime.llm.remote import OpenAIBackend
-from rir_runtime.llm.tuned import CARD, load_tuned_backend
+from rir_runtime.llm.tuned import load_tuned_backend
 
 
 def make_backend(spec: str, **kwargs: Any) -> Backend:
@@ -20,9 +21,9 @@ def make_backend(spec: str, **kwargs: Any) -> Backend:
       `openai:<model>` alone uses $OPENAI_BASE_URL, else https://api.openai.com/v1 (kwargs: timeout,
       max_retries, max_workers, extra_body, guided; see `remote.OpenAIBackend`).
     - `tuned:<adapter-folder>`: a controller adapter from `rir train sft|dpo` over its base model.
-    - `transformers:<name>` or just `<name>`: a registered model, a local folder (an agent adapter
-      from `rir train agent-sft` included) or a hub id, run in-process (kwargs: dtype, device,
-      max_batch_size, num_threads).
+    - `transformers:<name>` or just `<name>`: a registered model, a local folder or a hub id, run
+      in-process (kwargs: dtype, device, max_batch_size, num_threads); a folder that holds an adapter
+      (an agent from `rir train agent-sft`, or a plain PEFT one) loads over its base model (`tuned.py`).
     """
     if spec.startswith("openai:"):
         rest = spec[len("openai:") :]
@@ -35,6 +36,7 @@ def make_backend(spec: str, **kwargs: Any) -> Backend:
     if spec.startswith("tuned:"):  # a controller adapter (base model + LoRA), checked by its card
         return load_tuned_backend(spec, **kwargs)
     spec = spec.removeprefix("transformers:")
-    if os.path.isfile(os.path.join(os.path.expanduser(spec), CARD)):  # an agent adapter as policy
-        return load_tuned_backend(spec, expect="agent", **kwargs)
+    if is_adapter_folder(spec):  # an agent adapter as the policy, over the base model its card names
+        # a plain PEFT adapter (no card) is served unmerged, as it always was
+        return load_tuned_backend(spec, expect="agent", merge=has_card(spec), **kwargs)
     return load_transformers_backend(spec, **kwargs)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rir_runtime.errors import ModelLoadError
+from rir_runtime.llm.device import torch_dtype
 
 MARKER = "rir_prepared.json"
 MARKER_VERSION = 1
@@ -364,14 +365,6 @@ def _convert_gguf(spec: ModelSpec, out: Path, given: Path | None = None) -> dict
 
 
 # --- loading ------------------------------------------------------------------------------------
-def _torch_dtype(dtype: Any, device: str) -> Any:
-    import torch
-
-    if dtype in (None, "auto"):
-        return torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
-    return getattr(torch, dtype) if isinstance(dtype, str) else dtype
-
-
 def local_path(name: str) -> Path:
     """Folder of a registered model (prepared on first use) or of a local checkpoint."""
     spec = resolve_model(name)
@@ -390,7 +383,10 @@ def load_model_and_tokenizer(name: str, dtype: Any = "auto", device: str = "cpu"
     """(model in eval mode, tokenizer) for a registered name, a folder, or a hub id."""
     spec = resolve_model(name)
     if spec.kind == "adapter":
-        return _load_adapter(spec, dtype, device)
+        raise ModelLoadError(
+            f"{name} is a LoRA adapter folder, not a model: load it with its base model through "
+            "`make_backend` (or `rir_runtime.llm.tuned.load_tuned_model`)"
+        )
     if spec.kind == "hub" and name.startswith(("/", ".", "~")):
         raise ModelLoadError(
             f"model '{name}' is neither a registered name ({', '.join(MODELS)}), a local folder, "
@@ -403,7 +399,7 @@ def load_model_and_tokenizer(name: str, dtype: Any = "auto", device: str = "cpu"
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(
-            where, dtype=_torch_dtype(dtype, device), local_files_only=local_only
+            where, dtype=torch_dtype(dtype, device), local_files_only=local_only
         )
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear line
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200].rstrip(".")
@@ -429,11 +425,3 @@ def load_tokenizer(name: str) -> Any:
     except Exception as exc:  # noqa: BLE001
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200].rstrip(".")
         raise ModelLoadError(f"cannot load the tokenizer of model '{name}': {reason}") from None
-
-
-def _load_adapter(spec: ModelSpec, dtype: Any, device: str) -> tuple[Any, Any]:
-    """Base model (from adapter_config.json, or rir's card) with the adapter applied."""
-    from rir_runtime.llm.tuned import load_tuned_model
-
-    model, tokenizer, _ = load_tuned_model(spec.source, device=device, dtype=dtype, expect="agent")
-    return model, tokenizer

@@ -1,13 +1,8 @@
-"""Tuned backends: a base model plus a LoRA adapter trained by `rir train` (`tuned:<adapter-folder>`).
+"""Tuned backends: a base model plus a LoRA adapter, the one route that loads an adapter folder.
 
-An adapter folder holds the PEFT adapter, the tokenizer, and `rir_controller.json` (the card
-written at the end of training, `train/card.py`): what it is (`kind`), which base model it was trained on, which
-decision types, and the `prompt_format_version` of the renderer that built its training data. A
-controller adapter only works with prompts rendered the same way, so a version mismatch is an
-error, not a warning.
-
-A plain PEFT adapter folder (adapter_config.json and weights, no card; trained elsewhere) loads too:
-its base model is read from adapter_config.json, with a warning that its prompt format is unknown.
+`tuned:<adapter-folder>` controllers, agent adapters given as `--policy llm:<folder>` (trained by `rir
+train agent-sft`, or plain PEFT ones) and value models all load through `load_tuned_model`: the card is
+read and checked first (`card.py`), then the base model it names, then the adapter on top.
 
     backend = load_tuned_backend("runs/sft-smollm2")        # base + adapter, LoRA merged into the weights
     backend.generate([messages], max_new_tokens=160)
@@ -15,166 +10,28 @@ its base model is read from adapter_config.json, with a warning that its prompt 
 
 from __future__ import annotations
 
-import json
-import re
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from rir_runtime.errors import ModelLoadError, UserInputError
-from rir_runtime.llm.backends import TransformersBackend, default_device, set_num_threads
-from rir_runtime.prompts import prompt_format_version
-
-CARD = "rir_controller.json"
-PEFT_CONFIG = "adapter_config.json"
-# How to use adapters of other kinds (written by other training stages), for the error message.
-KIND_USE = {
-    "policy": "the agent policy: --policy llm:{dir}",
-    "agent": "the agent policy: --policy llm:{dir}",
-    "controller": "a recovery controller: --controller tuned:{dir}",
-    "value": "a value controller: --controller value:{dir}",
-}
-
-
-def read_card(adapter_dir: str | Path, expect: str = "controller") -> dict[str, Any]:
-    """The adapter's `rir_controller.json`, validated: an adapter of the `expect`ed kind (controller or
-    agent) with our prompt format. A plain PEFT folder gets a card made from its adapter_config.json."""
-    folder = Path(adapter_dir).expanduser()
-    if not folder.is_dir():
-        raise UserInputError(f"adapter folder {folder} does not exist: pass the --output-dir of `rir train sft|dpo`")
-    path = folder / CARD
-    if not path.is_file() and (folder / PEFT_CONFIG).is_file():
-        return plain_adapter_card(folder, expect)
-    if not path.is_file():
-        raise UserInputError(
-            f"{folder} has no {CARD} and no {PEFT_CONFIG}, so it is not an adapter folder. "
-            f"Train one with `rir train sft --config configs/train/sft_cpu_quick.yaml`."
-        )
-    try:
-        card = json.loads(path.read_text())
-    except ValueError as err:
-        raise UserInputError(f"{path} is not valid JSON ({err}): retrain the adapter or restore the file") from None
-    kind = card.get("kind")
-    if kind != expect:
-        use = KIND_USE.get(str(kind), f"whatever stage produced it, not as a {expect}").format(dir=folder)
-
-        def a(word: object) -> str:
-            return f"an {word}" if str(word)[:1] in "aeiou" else f"a {word}"
-
-        raise UserInputError(f"{folder} is {a(kind)} adapter, not {a(expect)} adapter; use it as {use} instead")
-    version, current = card.get("prompt_format_version"), prompt_format_version(expect)
-    if version != current:
-        raise UserInputError(
-            f"{folder} was trained on {expect} prompts of format version {version}, but this runtime renders "
-            f"version {current}: retrain the adapter on data built by this version (`rir build-data` then "
-            f"`rir train sft`), or use a runtime whose {expect} prompt format is version {version}"
-        )
-    if not card.get("base_model"):
-        raise UserInputError(f"{path} names no base_model: retrain the adapter with `rir train sft|dpo`")
-    return card
-
-
-class PlainAdapterWarning(UserWarning):
-    """A PEFT adapter without rir's card is served, but nothing says which prompts it was trained on."""
-
-
-def plain_adapter_card(folder: Path, expect: str) -> dict[str, Any]:
-    """A card for a PEFT adapter trained elsewhere: the base model from its adapter_config.json; the
-    prompt format is unknown, so it is served with a warning instead of the version check."""
-    path = folder / PEFT_CONFIG
-    try:
-        config = json.loads(path.read_text())
-    except ValueError as err:
-        raise UserInputError(f"{path} is not valid JSON ({err}): re-save the adapter with PEFT") from None
-    recorded = config.get("base_model_name_or_path")
-    if not recorded:
-        raise UserInputError(
-            f"{path} names no base_model_name_or_path, so the base model of {folder} is unknown: "
-            "add it to adapter_config.json (a hub id, a registry name or a local folder)"
-        )
-    warnings.warn(
-        f"{folder} is a plain PEFT adapter (no {CARD}): it was not trained by `rir train`, so its prompt "
-        f"format is unknown; it is used as {'an' if expect[:1] in 'aeiou' else 'a'} {expect} on rir's "
-        f"prompts (format version {prompt_format_version(expect)}) as they are",
-        PlainAdapterWarning,
-        stacklevel=3,
-    )
-    base = describe_base(str(recorded))
-    return {
-        "kind": expect,
-        "base_model": base.name,
-        "base_model_source": base.source,
-        "base_model_path": str(recorded),
-        "decision_types": [],
-        "prompt_format_version": None,
-        "stage": "peft",
-        "plain_peft": True,
-    }
-
-
-@dataclass(frozen=True)
-class BaseModelRef:
-    """How a base model is named where it is shared: a registry name, a hub id, or a local folder."""
-
-    name: str
-    source: Literal["registry", "hub", "local"]
-
-
-HF_CACHE_SNAPSHOT = re.compile(r"models--([^/]+)--([^/]+)/snapshots/")
-
-
-def describe_base(name_or_path: str) -> BaseModelRef:
-    """The shareable name of a base model. A machine's cache path is not one: a folder of rir's model
-    cache becomes its registry name (also one recorded on another machine: `.../models/<registered
-    name>` that is not another folder here), a Hugging Face hub snapshot becomes its hub id; any other
-    folder stays a local folder."""
-    from rir_runtime.llm.registry import MARKER, MODELS
-
-    if name_or_path in MODELS:
-        return BaseModelRef(name_or_path, "registry")
-    path = Path(name_or_path).expanduser()
-    if path.name in MODELS and path.parent.name == "models" and (not path.exists() or (path / MARKER).is_file()):
-        return BaseModelRef(path.name, "registry")
-    snapshot = HF_CACHE_SNAPSHOT.search(path.as_posix())
-    if snapshot:
-        return BaseModelRef(f"{snapshot[1]}/{snapshot[2]}", "hub")
-    if path.is_dir() or name_or_path.startswith(("/", ".", "~")):
-        return BaseModelRef(str(path.resolve()), "local")
-    return BaseModelRef(name_or_path, "hub")
-
-
-def base_model_location(card: dict[str, Any]) -> str:
-    """Where to load the base from: a registered name is re-resolved (the cache path may differ
-    between machines); else the recorded path if it exists here; else the name (a hub id)."""
-    from rir_runtime.llm.registry import MODELS, local_path
-
-    name = card["base_model"]
-    if name in MODELS:
-        return str(local_path(name))
-    recorded = card.get("base_model_path")
-    if recorded and Path(recorded).exists():
-        return str(recorded)
-    if Path(name).expanduser().exists():
-        return str(Path(name).expanduser())
-    return str(name)
+from rir_runtime.errors import ModelLoadError
+from rir_runtime.llm.backends import TransformersBackend
+from rir_runtime.llm.card import base_model_location, read_card
+from rir_runtime.llm.device import default_device, set_num_threads, torch_dtype
 
 
 def load_tuned_model(
     adapter_dir: str | Path, merge: bool = False, device: str = "cpu", dtype: Any = "auto", expect: str = "controller"
 ) -> tuple[Any, Any, dict[str, Any]]:
     """(model in eval mode, tokenizer, card): the base model with the adapter applied (or merged)."""
-    import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
     card = read_card(adapter_dir, expect)
     folder = Path(adapter_dir).expanduser()
     where = base_model_location(card)
-    if dtype in (None, "auto"):
-        dtype = torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
+    dtype = torch_dtype(dtype, device)
     # a value adapter sits on the base with a scalar head (its trained copy is saved in the adapter)
     head = {"num_labels": 1} if expect == "value" else {}
     model_class = AutoModelForSequenceClassification if expect == "value" else AutoModelForCausalLM

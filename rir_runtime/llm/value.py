@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rir_runtime.llm.backends import default_device, set_num_threads
+from rir_runtime.llm.device import default_device, set_num_threads
 
 OPTION_BATCH = 16  # options scored per batched pass over the shared prompt's cache
 
