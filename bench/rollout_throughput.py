@@ -16,15 +16,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from rir_runtime import jobs as jobs_module
 from rir_runtime.jobs import SelectionConfig, expand_jobs, run_jobs
+from rir_runtime.llm.shared import batch_shared_backends, forget_shared_backends, shared_backend
+from rir_runtime.policy_spec import PolicySpec
 
 
 def measure(cfg: SelectionConfig, concurrency: int, out: Path) -> tuple[float, list[int]]:
-    jobs_module._BACKENDS.clear()
-    jobs_module._BATCH["size"] = concurrency
-    model = cfg.policy.split(":", 1)[1]
-    backend = jobs_module._backend(model)  # load before timing
+    forget_shared_backends()
+    batch_shared_backends(concurrency)
+    backend = shared_backend(PolicySpec.parse(cfg.policy).model)  # load before timing
     jobs = expand_jobs(cfg)
     start = time.perf_counter()
     run_jobs(jobs, out / f"c{concurrency}.jsonl", concurrency=concurrency, desc=f"concurrency {concurrency}")

@@ -32,6 +32,7 @@ from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError
 from rir_runtime.memory import ReflectionMemory
 from rir_runtime.policies import LLMPolicy, action_mode, agent_prompt, plausible_mistake
+from rir_runtime.policy_spec import PolicySpec
 from rir_runtime.prompts import DecisionContext
 
 PREVIOUS = "previous"  # mistakes_of: the adapter of the previous round of a recipe
@@ -77,7 +78,7 @@ class AgentDataConfig:
             if source.repeat < 1:
                 raise UserInputError(f"repeat must be at least 1, not {source.repeat}")
             spec = source.mistakes_of
-            if spec and spec != PREVIOUS and not (spec.startswith("llm:") and spec[4:]):
+            if spec and spec != PREVIOUS and not getattr(PolicySpec.try_parse(spec), "is_llm", False):
                 raise UserInputError(
                     f"mistakes_of must name an LLM agent as 'llm:<adapter folder or model>', not '{spec}' "
                     f"(train one first: rir train agent-sft), or be '{PREVIOUS}' in a round of `rir train agent`"
@@ -175,7 +176,7 @@ def _agent(spec: str, mode: str) -> LLMPolicy:
     """The trained agent whose own mistakes a DAgger source records (`llm:<adapter or model>`)."""
     from rir_runtime.llm import make_backend
 
-    return LLMPolicy(make_backend(spec.removeprefix("llm:")), action_mode(mode), name=spec)
+    return LLMPolicy(make_backend(PolicySpec.parse(spec).model), action_mode(mode), name=spec)
 
 
 def _own_action(

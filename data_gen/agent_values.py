@@ -31,6 +31,7 @@ from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import RestoreError
 from rir_runtime.guidance import Guidance
 from rir_runtime.memory import ReflectionMemory
+from rir_runtime.policy_spec import PolicySpec
 from rir_runtime.values import play_on
 
 if TYPE_CHECKING:
@@ -134,12 +135,12 @@ class AgentValue:
 
 def policy_factory(policy: str, mode: str, error_rate: float, seed: int) -> PolicyFactory:
     """The agent of a rollout, as it acted there: the error-injected expert (continuation k draws its
-    errors with seed + 1000k, so k = 0 meets the very mistakes the episode did) or the LLM agent."""
-    from rir_runtime.policies import LLMPolicy, NoisyExpertPolicy, action_mode
+    errors with seed + 1000k, so k = 0 meets the very mistakes the episode did) or the LLM agent (one
+    model per process, loaded here, before the first continuation)."""
+    from rir_runtime.llm.shared import shared_backend
+    from rir_runtime.policies import make_policy
 
-    if policy == "noisy-expert":
-        return lambda env, k: NoisyExpertPolicy(env, error_rate, seed + 1000 * k)
-    from rir_runtime.jobs import _backend
-
-    backend = _backend(policy.removeprefix("llm:"))
-    return lambda env, k: LLMPolicy(backend, action_mode(mode), name=policy)
+    spec = PolicySpec.parse(policy)
+    if spec.is_llm:
+        shared_backend(spec.model)
+    return lambda env, k: make_policy(spec, env, shared_backend, mode, error_rate, seed + 1000 * k)

@@ -29,7 +29,8 @@ from eval.when_features import feature_reference
 from rir_runtime.controllers import gated_spec, latest_admissible_in, make_controller
 from rir_runtime.decisions import Decision, DecisionKind, parse
 from rir_runtime.errors import ParseError, UserInputError
-from rir_runtime.jobs import _backend, check_controller_name
+from rir_runtime.jobs import check_controller_name
+from rir_runtime.llm.shared import shared_backend
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.values import complete_values
 from train.data import answer_class
@@ -315,7 +316,7 @@ def score_controller(
     source = source or []
     weights = review_weights(data) if weights is None else weights
 
-    controller = make_controller(spec, _backend)
+    controller = make_controller(spec, shared_backend)
     m: dict[str, Any] = {"controller": spec}
     latency: list[float] = []
 

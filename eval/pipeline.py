@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from data_gen.build import LABEL_VALUES
 from data_gen.hindsight import REVIEW_TIES
 from eval.paired import combine, find_comparison
+from rir_runtime.policy_spec import NOISY_EXPERT, PolicySpec
 from rir_runtime.stages import Stages, yaml_settings
 from train.launch import last_complete_checkpoint, run_training, train_command
 
@@ -56,7 +57,7 @@ class PipelineConfig:
     out: str = field(default="runs/quickstart", metadata={"help": "pipeline folder"})
     suites: list[Suite] = field(default_factory=lambda: [Suite()], metadata={"help": "benchmarks (YAML list)"})
     base_model: str = field(default="smollm2-135m-instruct", metadata={"help": "controller base model"})
-    policy: str = field(default="noisy-expert", metadata={"help": "base policy of rollouts and eval"})
+    policy: str = field(default=NOISY_EXPERT, metadata={"help": "base policy of rollouts and eval"})
     error_rate: float = field(default=0.15, metadata={"help": "noisy-expert error rate"})
     policy_mode: str = field(
         default="rank", metadata={"help": "LLM action mode", "choices": ["rank", "generate", "constrain"]}
@@ -279,7 +280,7 @@ def row_groups(cfg: PipelineConfig, rollouts: dict[str, Path]) -> dict[str, list
     groups: dict[str, list[str]] = {}
     for suite in cfg.suites:
         if suite.label in rollouts:
-            own = (suite.policy or cfg.policy).startswith("llm:")
+            own = PolicySpec.parse(suite.policy or cfg.policy).is_llm
             groups.setdefault("agent" if own else "expert", []).append(rollouts[suite.label].name)
     return groups if len(groups) > 1 else {"": []}
 

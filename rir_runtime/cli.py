@@ -122,6 +122,7 @@ def _known_names() -> dict[str, list[str]]:
     """The names free-form fields know (methods, controllers, models), listed in their --help."""
     from rir_runtime.controllers import CONTROLLER_KINDS
     from rir_runtime.llm.registry import MODELS
+    from rir_runtime.policy_spec import spellings
     from rir_runtime.recovery import PRESETS
 
     methods, controllers = list(PRESETS), list(CONTROLLER_KINDS)
@@ -131,7 +132,7 @@ def _known_names() -> dict[str, list[str]]:
         "eval_methods": methods,
         "controller": controllers,
         "explore": controllers,
-        "policy": ["noisy-expert", *(f"llm:{m}" for m in models)],
+        "policy": spellings(models),
         "base_model": models,
         "tokenizer": models,
     }

@@ -19,8 +19,9 @@ from rir_runtime.budgets import AgentBudget
 from rir_runtime.envs import ENV_CLASSES, Env, TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.errors import UnknownNameError, UserInputError
 from rir_runtime.executors import EXECUTORS, check_executor, make_executor
-from rir_runtime.llm.base import Backend
+from rir_runtime.llm.shared import batch_shared_backends, shared_backend
 from rir_runtime.policies import MODES
+from rir_runtime.policy_spec import NOISY_EXPERT, PolicySpec, spellings
 from rir_runtime.recovery import METHODS, PRESETS
 from rir_runtime.trace import EpisodeRecord, append_record, drop_partial_tail, read_records
 
@@ -34,7 +35,7 @@ class SelectionConfig:
     tasks: list[str] = field(default_factory=list, metadata={"help": "comma list of task names (default: all)"})
     split: str = field(default="dev", metadata={"help": "variation split", "choices": ["train", "dev", "test"]})
     variations: str = field(default="0-4", metadata={"help": "variation indices within the split: 0-9 or 0,3,5"})
-    policy: str = field(default="noisy-expert", metadata={"help": "noisy-expert or llm:<model>"})
+    policy: str = field(default=NOISY_EXPERT, metadata={"help": " or ".join(spellings())})
     policy_mode: str = field(default="rank", metadata={"help": "LLM action mode", "choices": list(MODES)})
     error_rate: float = field(default=0.15, metadata={"help": "error rate of the noisy expert"})
     methods: list[str] = field(default_factory=lambda: list(METHODS), metadata={"help": "comma list of presets"})
@@ -102,8 +103,7 @@ class SelectionConfig:
                 raise UnknownNameError("method", method, list(PRESETS))
         if not self.methods:
             raise ValueError("methods is empty: name at least one of " + ", ".join(METHODS))
-        if not (self.policy == "noisy-expert" or self.policy.startswith("llm:")):
-            raise UnknownNameError("policy", self.policy, ["noisy-expert", "llm:<model>"])
+        PolicySpec.parse(self.policy)
         if not 0.0 <= self.error_rate <= 1.0:
             raise ValueError("error_rate must be within [0, 1]")
         self.budget_agent = str(AgentBudget.parse(self.budget_agent))
@@ -233,22 +233,6 @@ def check_controller_name(spec: str) -> None:
 
 # --- running one job (inside a worker) --------------------------------------------------------------
 _THREAD = threading.local()  # one environment per thread: engines are not thread-safe
-_BACKENDS: dict[str, Backend] = {}  # one model per process, shared by threads through batching
-_BACKENDS_LOCK = threading.Lock()
-_BATCH = {"size": 1}
-
-
-def _backend(model: str) -> Backend:
-    """One backend per model and process; with concurrent episodes, wrapped to batch their calls."""
-    with _BACKENDS_LOCK:
-        if model not in _BACKENDS:
-            from rir_runtime.llm import BatchingBackend, make_backend
-
-            backend = make_backend(model)
-            if _BATCH["size"] > 1:
-                backend = BatchingBackend(backend, _BATCH["size"])  # mypy checks the wrapper against `Backend` here
-            _BACKENDS[model] = backend
-        return _BACKENDS[model]
 
 
 def _env(name: str) -> Env:
@@ -262,19 +246,14 @@ def _env(name: str) -> Env:
 
 def run_job(job: EpisodeJob) -> EpisodeRecord:
     """Run one episode; environments and model backends are cached per worker process."""
-    from rir_runtime.agent import Policy
     from rir_runtime.budgets import AgentBudget, Budgets
     from rir_runtime.controllers import make_controller
     from rir_runtime.loop import EpisodeRunner
-    from rir_runtime.policies import LLMPolicy, NoisyExpertPolicy, action_mode
+    from rir_runtime.policies import make_policy
 
     env = _env(job.task.env)
-    if job.policy == "noisy-expert":
-        policy: Policy = NoisyExpertPolicy(env, job.error_rate, job.seed)
-    else:
-        model = job.policy.split(":", 1)[1]
-        policy = LLMPolicy(_backend(model), action_mode(job.policy_mode), name=job.policy)
-    controller = make_controller(job.controller, _backend)
+    policy = make_policy(PolicySpec.parse(job.policy), env, shared_backend, job.policy_mode, job.error_rate, job.seed)
+    controller = make_controller(job.controller, shared_backend)
     runner = EpisodeRunner(
         env,
         policy,
@@ -339,7 +318,7 @@ def _execute(
 def episode_worker(concurrency: int) -> Callable[[EpisodeJob], EpisodeRecord]:
     """Runs once in each worker (process, Ray actor, or this process): its backends batch the model
     calls of its `concurrency` concurrent episodes; environments and models stay cached there."""
-    _BATCH["size"] = concurrency
+    batch_shared_backends(concurrency)
     return run_job
 
 

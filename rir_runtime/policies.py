@@ -9,15 +9,17 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Literal
 
-from rir_runtime.agent import AgentAction, AgentContext
+from rir_runtime.agent import AgentAction, AgentContext, Policy
 from rir_runtime.envs.base import Env
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UnknownNameError
 from rir_runtime.guidance import EXCLUDED, GuidedChoice
 from rir_runtime.llm.base import Backend
+from rir_runtime.policy_spec import NOISY_EXPERT, PolicySpec
 from rir_runtime.prompts import Messages, content_tokens, render_agent
 
 
@@ -48,7 +50,7 @@ class NoisyExpertPolicy:
     knows), it keeps following its last plan, as an agent that has not noticed would.
     """
 
-    name = "noisy-expert"
+    name = NOISY_EXPERT
 
     def __init__(self, env: Env, error_rate: float = 0.15, seed: int = 0) -> None:
         self.env, self.error_rate, self.seed = env, error_rate, seed
@@ -291,3 +293,18 @@ def _guided(
         names[chosen],
         scores,
     )
+
+
+def make_policy(
+    spec: PolicySpec,
+    env: Env,
+    backend: Callable[[str], Backend],
+    mode: str = "rank",
+    error_rate: float = 0.15,
+    seed: int = 0,
+) -> Policy:
+    """The agent a spec names, acting on `env`: the error-injected expert (its errors drawn from `seed`),
+    or the LLM agent over `backend(model)` in action `mode`."""
+    if not spec.is_llm:
+        return NoisyExpertPolicy(env, error_rate, seed)
+    return LLMPolicy(backend(spec.model), action_mode(mode), name=str(spec))
