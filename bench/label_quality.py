@@ -20,7 +20,8 @@ import statistics
 from collections import defaultdict
 
 from data_gen.build import load_runs
-from data_gen.hindsight import decision_points, label_point
+from data_gen.hindsight import label_point
+from data_gen.points import decision_points
 from rir_runtime.envs import make_env
 
 

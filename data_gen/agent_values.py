@@ -22,8 +22,9 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
+from data_gen.points import DecisionPoint
 from rir_runtime.agent import Policy
 from rir_runtime.decisions import Reflection
 from rir_runtime.envs import Env, Snapshot
@@ -33,9 +34,6 @@ from rir_runtime.guidance import Guidance
 from rir_runtime.memory import ReflectionMemory
 from rir_runtime.policy_spec import PolicySpec
 from rir_runtime.values import play_on
-
-if TYPE_CHECKING:
-    from data_gen.hindsight import DecisionPoint
 
 PolicyFactory = Callable[[Env, int], Policy]  # (environment, continuation index k) -> the agent
 

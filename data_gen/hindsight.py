@@ -23,17 +23,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from data_gen.agent_values import AgentValue
+from data_gen.points import DecisionPoint, ended
 from rir_runtime.agent import AgentContext
 from rir_runtime.controllers import HeuristicController, reflection_for
 from rir_runtime.decisions import Reflection, avoid_lesson
 from rir_runtime.envs import Env, Snapshot, TaskSpec
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import RestoreError
-from rir_runtime.memory import MemorySnapshot, ReflectionMemory
+from rir_runtime.memory import ReflectionMemory
 from rir_runtime.policies import NoisyExpertPolicy
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.recovery import segments
-from rir_runtime.trace import EpisodeRecord, RespondEvent, ReviewPoint, RollbackCallEvent, StepEvent, replay
 from rir_runtime.values import ValueProbe, latest_best_bisect, latest_best_linear
 
 RECOVER_MARGIN = 0.5  # "well below": V must rise by at least this much to justify a recovery
@@ -42,62 +42,6 @@ RECOVER_MARGIN = 0.5  # "well below": V must rise by at least this much to justi
 # labelling changes what a label means (the margin, the values compared, how ties or stays are labelled).
 LABEL_VERSION = 3  # 3: an agent's continuations end with the calls its episode had left
 REVIEW_TIES = ("continue", "heuristic")  # the review label where the values cannot tell the options apart
-
-
-@dataclass(frozen=True)
-class DecisionPoint:
-    """One review of a recorded episode, with the branch as the controller saw it (`replay`)."""
-
-    record: EpisodeRecord
-    objective: str
-    review: ReviewPoint
-    source_run: str = ""  # the rollout folder the episode came from
-    max_score: float | None = None
-
-    @property
-    def id(self) -> str:
-        return f"{self.record.episode_id}#review{self.review.index}"
-
-    @property
-    def task(self) -> TaskSpec:
-        return self.record.task_spec
-
-    @property
-    def history(self) -> tuple[Step, ...]:
-        return self.review.steps
-
-    @property
-    def observation(self) -> str:
-        return self.review.observation
-
-    @property
-    def trigger(self) -> str:
-        return self.review.review.trigger
-
-    @property
-    def memory(self) -> MemorySnapshot:
-        return self.review.memory
-
-    @property
-    def calls_left(self) -> int:
-        """The agent calls the episode had left at this review: its budget less the actions, final
-        responses and rollback calls before it (a continuation cannot outlast them)."""
-        spent = 0
-        for event in self.record.events:
-            if event is self.review.review:
-                break
-            spent += isinstance(event, StepEvent | RespondEvent | RollbackCallEvent)
-        return max(0, self.record.budget_agent - spent)
-
-    @property
-    def chosen_step(self) -> int | None:
-        """The restore point the controller chose, if it recovered."""
-        return self.review.locate.step if self.review.locate else None
-
-    @property
-    def reflection(self) -> Reflection | None:
-        """The reflection the controller wrote, if it recovered with memory."""
-        return self.review.reflect.reflection if self.review.reflect else None
 
 
 @dataclass
@@ -113,19 +57,6 @@ class Label:
     probes: int
     reflections: list[tuple[Reflection, float]] = field(default_factory=list)  # (candidate, success rate)
     restore_snapshot: Snapshot | None = None  # kept so reflection retries need not re-execute the branch
-
-
-def decision_points(record: EpisodeRecord, source_run: str = "") -> list[DecisionPoint]:
-    """Every review of an episode with the branch as it stood (`rir_runtime.trace.replay`)."""
-    trace = replay(record)
-    return [DecisionPoint(record, trace.objective, point, source_run, trace.max_score) for point in trace.reviews]
-
-
-def ended(point: DecisionPoint) -> bool:
-    """Whether the branch had ended when the review came (won, lost, or a terminal review of an
-    episode that ended otherwise, e.g. ScienceWorld's completion below the maximum score)."""
-    h = point.history
-    return bool(h) and (h[-1].won or h[-1].lost) or point.trigger == "terminal"
 
 
 def branch_snapshots(env: Env, task: TaskSpec, history: tuple[Step, ...]) -> tuple[list[Snapshot], int]:

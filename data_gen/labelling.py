@@ -15,26 +15,18 @@ import warnings
 from dataclasses import MISSING, dataclass, fields
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from data_gen.agent_values import AgentValue, policy_factory
-from data_gen.hindsight import (
-    DecisionPoint,
-    Label,
-    decision_points,
-    label_point,
-    reflection_candidates,
-    retry_success,
-)
+from data_gen.build_config import BuildConfig
+from data_gen.hindsight import Label, label_point, reflection_candidates, retry_success
+from data_gen.points import DecisionPoint, decision_points
 from rir_runtime.envs import make_env
 from rir_runtime.errors import RIRError, UserInputError
 from rir_runtime.executors import make_executor
 from rir_runtime.guidance import Guidance
 from rir_runtime.recovery import PRESETS
 from rir_runtime.trace import EpisodeRecord, drop_partial_tail
-
-if TYPE_CHECKING:
-    from data_gen.build import BuildConfig
 
 
 def label_to_json(pid: str, label: Label) -> dict[str, Any]:

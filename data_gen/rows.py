@@ -15,10 +15,8 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from data_gen.hindsight import (
-    DecisionPoint,
-    context_for,
-)
+from data_gen.hindsight import context_for
+from data_gen.points import DecisionPoint
 from rir_runtime.controllers import failure_signal
 from rir_runtime.decisions import DecisionKind, Reflection, Review, ReviewDecision, dump, parse
 from rir_runtime.prompts import DecisionContext, Messages, approx_tokens

@@ -23,7 +23,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from data_gen.hindsight import RECOVER_MARGIN, DecisionPoint, context_for, ended
+from data_gen.hindsight import RECOVER_MARGIN, context_for
+from data_gen.points import DecisionPoint, ended
 from rir_runtime.options import CONTINUE, option_text, value_prompt
 from rir_runtime.values import complete_values
 

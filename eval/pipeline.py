@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from data_gen.build import LABEL_VALUES
+from data_gen.build_config import LABEL_VALUES
 from data_gen.hindsight import REVIEW_TIES
 from eval.paired import combine, find_comparison
 from rir_runtime.policy_spec import NOISY_EXPERT, PolicySpec
@@ -223,7 +223,8 @@ def suite_label_values(cfg: PipelineConfig, rollouts: list[Path]) -> list[tuple[
 
 def data_stage(stages: Stages, cfg: PipelineConfig, rollouts: list[Path]) -> Path:
     """Hindsight labels and the TRL datasets, from every suite's rollouts."""
-    from data_gen.build import BuildConfig, build
+    from data_gen.build import build
+    from data_gen.build_config import BuildConfig
 
     bc = BuildConfig(
         rollouts=[str(p) for p in rollouts],

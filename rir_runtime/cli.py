@@ -170,7 +170,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 
 def cmd_build_data(args: argparse.Namespace) -> int:
-    from data_gen.build import BuildConfig, build
+    from data_gen.build import build
+    from data_gen.build_config import BuildConfig
 
     build(_config(args, BuildConfig))
     return 0
@@ -265,7 +266,7 @@ def _add_models(sub: argparse._SubParsersAction) -> None:
 
 def _add_stages(sub: argparse._SubParsersAction) -> None:
     """The pipeline's jobs: each a typed config from YAML with flag overrides."""
-    from data_gen.build import BuildConfig
+    from data_gen.build_config import BuildConfig
     from data_gen.rollout import RolloutConfig
     from eval.controller_eval import ControllerEvalConfig
     from eval.harness import EvalConfig

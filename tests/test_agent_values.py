@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from data_gen.build import BuildConfig, build
+from data_gen.build import build
+from data_gen.build_config import BuildConfig
 from data_gen.rollout import RolloutConfig, rollout
 from rir_runtime.errors import UserInputError
 
@@ -84,8 +85,8 @@ def test_each_rollout_folder_values_its_own_agent(run: Path, tmp_path: Path) -> 
     """Two suites may run one policy name with one seed (the shipped agent generating on ScienceWorld,
     ranking on TextWorld): each folder's episodes are continued by an agent of that folder's run."""
     from data_gen.build import load_runs
-    from data_gen.hindsight import decision_points
     from data_gen.labelling import episodes_to_label
+    from data_gen.points import decision_points
 
     twin = tmp_path / "rollout-twin"  # the same policy, error rate and seeds; another budget, so other episodes
     rollout(
@@ -105,7 +106,8 @@ def test_review_ties_take_the_heuristics_decision_where_the_values_say_nothing(r
     """Same values, same evidence-bearing labels; where recovering and continuing are valued alike the
     label is the rule controller's decision instead of "continue". The labels record the setting."""
     from data_gen.build import load_runs
-    from data_gen.hindsight import RECOVER_MARGIN, context_for, decision_points
+    from data_gen.hindsight import RECOVER_MARGIN, context_for
+    from data_gen.points import decision_points
     from rir_runtime.controllers import HeuristicController
 
     plain, prior = tmp_path / "continue", tmp_path / "heuristic"

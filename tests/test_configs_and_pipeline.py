@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from data_gen.agent_data import AgentDataConfig
-from data_gen.build import BuildConfig
+from data_gen.build_config import BuildConfig
 from data_gen.rollout import RolloutConfig
 from eval.harness import EvalConfig
 from eval.pipeline import PipelineConfig, Suite, run_pipeline, suite_label_values

@@ -247,7 +247,8 @@ def test_the_adapter_card_keeps_the_versions_of_its_training_data(tmp_path: Path
 
 # --- on data that `rir build-data` wrote ------------------------------------------------------------------
 def test_eval_controller_scores_the_built_data_end_to_end_with_intervals(tmp_path: Path) -> None:
-    from data_gen.build import BuildConfig, build
+    from data_gen.build import build
+    from data_gen.build_config import BuildConfig
     from data_gen.hindsight import LABEL_VERSION
     from data_gen.rollout import RolloutConfig, rollout
 

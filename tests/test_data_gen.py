@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from data_gen.build import BuildConfig, build, load_runs
-from data_gen.hindsight import decision_points, label_point
+from data_gen.build import build, load_runs
+from data_gen.build_config import BuildConfig
+from data_gen.hindsight import label_point
+from data_gen.points import decision_points
 from data_gen.rollout import RolloutConfig, rollout, rollout_jobs, shard_jobs
 from data_gen.splits import variation_key
 from rir_runtime.config import build_config

@@ -25,9 +25,10 @@ from typing import Any
 import pytest
 
 from data_gen import labelling as build_module
-from data_gen.build import BuildConfig, build, load_runs
-from data_gen.hindsight import decision_points
+from data_gen.build import build, load_runs
+from data_gen.build_config import BuildConfig
 from data_gen.labelling import episodes_to_label
+from data_gen.points import decision_points
 from data_gen.rollout import RolloutConfig, rollout
 from eval.harness import EvalConfig, evaluate
 from rir_runtime import executors

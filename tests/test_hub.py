@@ -200,7 +200,8 @@ def test_push_adapter_refuses_folders_it_cannot_describe(plain_adapter: Path, tm
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`rir build-data` output over a small builtin rollout."""
-    from data_gen.build import BuildConfig, build
+    from data_gen.build import build
+    from data_gen.build_config import BuildConfig
     from data_gen.rollout import RolloutConfig, rollout
 
     runs, data = tmp_path_factory.mktemp("rollout"), tmp_path_factory.mktemp("data")

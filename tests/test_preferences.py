@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 
 from data_gen import splits as builder
-from data_gen.build import PREF, SFT, BuildConfig, build, load_runs
-from data_gen.hindsight import Label, decision_points, retry_success
+from data_gen.build import PREF, SFT, build, load_runs
+from data_gen.build_config import BuildConfig
+from data_gen.hindsight import Label, retry_success
+from data_gen.points import decision_points
 from data_gen.rollout import RolloutConfig, rollout
 from data_gen.splits import variation_key
 from rir_runtime.controllers import failure_signal

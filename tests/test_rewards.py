@@ -155,7 +155,8 @@ def test_offered_choices_are_the_prompts_closed_answer_set() -> None:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small real rollout of the error-injected expert on the workshop, labelled with bisection."""
-    from data_gen.build import BuildConfig, build
+    from data_gen.build import build
+    from data_gen.build_config import BuildConfig
     from data_gen.rollout import RolloutConfig, rollout
 
     run = tmp_path_factory.mktemp("rollout")

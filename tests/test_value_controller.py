@@ -135,7 +135,8 @@ def test_scoring_options_over_the_prompts_cache_equals_scoring_whole_sequences()
 # --- rir train value, end to end ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def value_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from data_gen.build import BuildConfig, build
+    from data_gen.build import build
+    from data_gen.build_config import BuildConfig
     from data_gen.rollout import RolloutConfig, rollout
 
     root = tmp_path_factory.mktemp("value")
