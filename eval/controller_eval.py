@@ -10,7 +10,7 @@ The Where is scored end to end, as the runtime serves it (`rir_runtime/loop.py` 
 coarse segment of the whole branch, then a checkpoint inside the segment the controller chose. A
 fine-restore row is built inside the labelled segment, so scoring it alone measures the easy half;
 those figures are kept, labelled "given the gold segment". The figures that compare controllers
-carry percentile bootstrap 95% intervals (`eval/metrics.py`), and a `tuned:` adapter trained on data
+carry percentile bootstrap 95% intervals (`data_gen/scoring/metrics.py`), and a `tuned:` adapter trained on data
 of another label or prompt format version than `--data` is refused.
 """
 
@@ -24,7 +24,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from eval.metrics import Interval, auroc, auroc_ci, auroc_within, binary_intervals, binary_quality, mean_ci
+from data_gen.scoring.answers import answer_class, share_cap, spaced
+from data_gen.scoring.metrics import Interval, auroc, auroc_ci, auroc_within, binary_intervals, binary_quality, mean_ci
+from data_gen.scoring.rewards import decision_reward, review_weights
 from eval.when_features import feature_reference
 from rir_runtime.controllers import gated_spec, latest_admissible_in, make_controller
 from rir_runtime.decisions import Decision, DecisionKind, parse
@@ -33,8 +35,6 @@ from rir_runtime.jobs import check_controller_name
 from rir_runtime.llm.shared import shared_backend
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.values import complete_values
-from train.data import answer_class
-from train.reward_eval import decision_reward, review_weights
 
 
 @dataclass
@@ -98,28 +98,8 @@ def cap_rows(rows: list[dict[str, Any]], max_rows: int, stratify: bool = False) 
     if not max_rows or len(rows) <= max_rows:
         return rows
     if not stratify:
-        return _spaced(rows, max_rows)
+        return spaced(rows, max_rows)
     return [rows[i] for i in share_cap([(r["meta"]["decision"], answer_class(r["meta"])) for r in rows], max_rows)]
-
-
-def share_cap(keys: list[Any], n: int) -> list[int]:
-    """Indices of at most `n` items shared equally by the groups their `keys` form (a group with
-    fewer items gives up the rest of its share to the others), evenly spaced within each group and
-    in their original order: a rare group is not left to one or two rows, nor a block to fill the cap."""
-    groups: dict[Any, list[int]] = {}
-    for i, key in enumerate(keys):
-        groups.setdefault(key, []).append(i)
-    picked: list[int] = []
-    left = n
-    for k, group in enumerate(sorted(groups.values(), key=len)):  # small groups first: they give up their share
-        take = min(len(group), left // (len(groups) - k))
-        picked += _spaced(group, take)
-        left -= take
-    return sorted(picked)
-
-
-def _spaced(items: list[Any], n: int) -> list[Any]:
-    return [items[i * len(items) // n] for i in range(n)] if n < len(items) else items
 
 
 # --- the Where end to end -------------------------------------------------------------------------------
@@ -190,7 +170,7 @@ def locate_as_served(ctx: DecisionContext, decide: Locate) -> int:
 def value_regret(point: RestorePoint, pick: int) -> float | None:
     """Best V over the admissible checkpoints less V of the pick: what the pick gives up (0 for a
     pick as good as the label). An unprobed checkpoint takes the next probed value after it, as the
-    GRPO rewards read it (`train/grpo_data.py`). None for a row without values."""
+    GRPO rewards read it (`data_gen/scoring/rewards.py`). None for a row without values."""
     if not point.measured:
         return None
     values = complete_values(point.measured, [*point.ctx.admissible, pick]).values

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.metrics import auroc, auroc_ci, auroc_within
+from data_gen.scoring.metrics import auroc, auroc_ci, auroc_within
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.signals import RECENT_WINDOW, is_error_reply, steps_since_progress
 

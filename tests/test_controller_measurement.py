@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from datasets import Dataset, DatasetDict
 
+from data_gen.scoring.metrics import auroc, binary_intervals, binary_quality, mean_ci
 from eval import controller_eval
 from eval.controller_eval import (
     ControllerEvalConfig,
@@ -22,7 +23,6 @@ from eval.controller_eval import (
     score_controller,
     value_regret,
 )
-from eval.metrics import auroc, binary_intervals, binary_quality, mean_ci
 from rir_runtime.decisions import Decision
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.metrics import auroc, auroc_within, best_threshold, binary_quality
+from data_gen.scoring.metrics import auroc, auroc_within, best_threshold, binary_quality
 from rir_runtime.controllers import PromptedController, make_controller
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError
@@ -139,7 +139,8 @@ def test_restore_point_rows_are_balanced_between_staying_and_stepping_back() -> 
     two, for the coarse and the fine rows alike."""
     from datasets import Dataset
 
-    from train.data import answer_class, balance_labels
+    from data_gen.scoring.answers import answer_class
+    from train.data import balance_labels
 
     def row(i: int, decision: str, restore: int) -> dict:
         label = str(restore) if decision == "locate_fine" else "0"

@@ -167,9 +167,9 @@ def test_restore_point_rewards_are_weighted_by_stay_or_step_back(tmp_path: Path)
     step-back rows' down) as SFT resamples them, unless balance_locate is off."""
     from datasets import Dataset, DatasetDict
 
+    from data_gen.scoring.rewards import locate_reward
     from train.grpo import GRPOScriptArguments
     from train.grpo_data import load_grpo_datasets
-    from train.rewards import locate_reward
 
     rows = []
     for i in range(8):
@@ -192,11 +192,11 @@ def test_restore_point_rewards_are_weighted_by_stay_or_step_back(tmp_path: Path)
 def test_prefilled_prompts_end_with_the_answer_opening_the_ranker_scores(data: Path) -> None:
     """A prefilled prompt is the chat text the ranking controller scores after, then the opening of
     each of its candidate answers; the rewards read the sampled decision after that opening."""
+    from data_gen.scoring.rewards import locate_reward, review_reward
     from rir_runtime.controllers import candidates
     from rir_runtime.llm.tiny import build_tokenizer
     from train.grpo import GRPOScriptArguments
     from train.grpo_data import load_grpo_datasets, prefill_answers
-    from train.rewards import locate_reward, review_reward
 
     tokenizer = build_tokenizer()
     train, _, _, _ = load_grpo_datasets(GRPOScriptArguments(data=str(data)), need_eval=False)

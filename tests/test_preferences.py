@@ -24,6 +24,7 @@ from data_gen.build_config import BuildConfig
 from data_gen.hindsight import Label, retry_success
 from data_gen.points import decision_points
 from data_gen.rollout import RolloutConfig, rollout
+from data_gen.scoring.answers import answer_class
 from data_gen.splits import variation_key
 from rir_runtime.controllers import failure_signal
 from rir_runtime.decisions import avoid_lesson, parse
@@ -31,7 +32,6 @@ from rir_runtime.envs import Snapshot, TaskSpec
 from rir_runtime.envs.builtin import WorkshopEnv
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.values import ValueProbe
-from train.data import answer_class
 
 # V is 0 or 1 on the workshop, so any margin in (0, 1] gives the same review label.
 MARGIN = 0.5

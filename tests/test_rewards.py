@@ -10,18 +10,19 @@ from typing import Any
 
 import pytest
 
-from rir_runtime.decisions import Review, dump
-from rir_runtime.values import latest_best_bisect, latest_best_linear
-from train.grpo_data import complete_values, offered_choices, view_row
-from train.rewards import (
-    class_weights,
+from data_gen.scoring.answers import class_weights
+from data_gen.scoring.rewards import (
     locate_reward,
     locate_score,
+    offered_choices,
     restore_value,
     review_reward,
     review_score,
     review_verdict,
+    view_row,
 )
+from rir_runtime.decisions import Review, dump
+from rir_runtime.values import complete_values, latest_best_bisect, latest_best_linear
 
 # checkpoints 0..4 of a branch whose harmful step is step 3: V is 1 up to checkpoint 3 exclusive
 V = {0: 1.0, 1: 1.0, 2: 1.0, 3: 0.0, 4: 0.0}

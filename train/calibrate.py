@@ -21,7 +21,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from eval.metrics import best_threshold, binary_quality
+from data_gen.scoring.answers import share_cap
+from data_gen.scoring.metrics import best_threshold, binary_quality
 from rir_runtime.errors import UserInputError
 from rir_runtime.llm.card import card_as_written, update_card
 
@@ -37,8 +38,6 @@ def review_rows(data: str, split: str, max_rows: int) -> tuple[str, list[dict[st
     folder, and the first 120 of the reference recipe's 259 were all workshop reviews, so the
     threshold served to the agent had never seen one of the agent's own reviews."""
     from datasets import load_from_disk
-
-    from eval.controller_eval import share_cap
 
     folder = Path(data) / "review_sft" if (Path(data) / "review_sft").is_dir() else Path(data)
     dataset = load_from_disk(str(folder))

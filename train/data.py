@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from data_gen.scoring.answers import answer_class
 from rir_runtime.errors import UserInputError
 from train.args import AGENT, DECISION_TYPES, TrainScriptArguments
 
@@ -148,25 +149,6 @@ def load_datasets(
             )
         out.append(ds.flatten_indices(keep_in_memory=True))
     return out[0], out[1], fingerprints, decision_types_of(list(folders))
-
-
-def answer_class(meta: dict[str, Any]) -> str | None:
-    """The class of a row's answer that balancing evens out: a review row's label ("recover" or
-    "continue"); for a restore-point row (coarse or fine), "stay" when the restore label is the
-    current checkpoint (recover without rolling back) else "step back"; None for other rows, hand-made
-    rows without `meta.step`, and coarse rows built before `meta.restore` existed (a fine row still
-    tells by its label)."""
-    decision = meta.get("decision")
-    if decision == "review":
-        return meta.get("label")
-    if decision not in ("locate_coarse", "locate_fine"):
-        return None
-    restore = meta.get("restore")
-    if restore is None and decision == "locate_fine" and meta.get("label") is not None:
-        restore = int(meta["label"])
-    if restore is None or meta.get("step") is None:
-        return None
-    return "stay" if int(restore) == int(meta["step"]) else "step back"
 
 
 def resample(rows: list[int], want: int, rng: random.Random) -> list[int]:

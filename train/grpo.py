@@ -15,7 +15,7 @@ accelerate launch --config_file configs/accelerate/single_gpu.yaml -m train.grpo
 ```
 
 TRL's `GRPOTrainer` samples `num_generations` answers per review and locate prompt and scores each
-against the row's hindsight value table (`train/rewards.py`, `train/grpo_data.py`): no environment
+against the row's hindsight value table (`data_gen/scoring/rewards.py`, `train/grpo_data.py`): no environment
 runs at train time. With `sft_adapter` that adapter is trained further on its own base model;
 without it, a fresh LoRA adapter from the config's LoRA keys. With `beta > 0` TRL keeps a
 frozen copy of the starting adapter as the KL reference; it is not saved with the result. The
@@ -34,10 +34,10 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from data_gen.scoring.rewards import DEFAULT_LATENESS, locate_reward, review_reward
 from rir_runtime.errors import UserInputError
 from train.args import TrainScriptArguments
 from train.grpo_data import GRPO_TYPES
-from train.rewards import DEFAULT_LATENESS, locate_reward, review_reward
 
 
 @dataclass

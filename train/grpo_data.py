@@ -1,12 +1,12 @@
 """The GRPO view of the `review_sft` and `locate_sft` datasets of `rir build-data`: each row's prompt
-and the columns the rewards (`train/rewards.py`) read, taken from its `meta`.
+and the columns the rewards read (`data_gen/scoring/rewards.py`: `view_row`), taken from its `meta`.
 
 | column | meaning |
 | --- | --- |
 | `prompt` | the decision prompt (chat messages), as rendered for the controllers |
 | `decision` | review, locate_coarse or locate_fine |
 | `label` | the hindsight answer (review verdict, segment, checkpoint) |
-| `weight` | the inverse frequency of the answer's class in the training split (`train.data.answer_class`) |
+| `weight` | the inverse frequency of the answer's class in the training split (`answer_class`, `data_gen/scoring`) |
 | `values` | JSON {checkpoint: V} for every admissible checkpoint, measured or implied |
 | `values_implied` | whether some of them were implied rather than measured |
 | `v_now`, `best_value` | V at the decision, and the best V a restore reaches |
@@ -26,67 +26,17 @@ exact where the two agree (always, after a bisection over 0/1 values) and a lowe
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
 from typing import Any
 
+from data_gen.scoring.answers import train_class_weights
+from data_gen.scoring.rewards import view_row
 from rir_runtime.decisions import ANSWER_OPENING
 from rir_runtime.errors import UserInputError
-from rir_runtime.values import ValueTable, complete_values
 from train.args import TrainScriptArguments
-from train.data import answer_class
-from train.rewards import LOCATE_KINDS, class_weights
-
-__all__ = ["ValueTable", "complete_values", "view_row"]
 
 GRPO_TYPES = ("review", "locate")
 META_KEYS = ("decision", "label", "values", "v_now", "context")
 IMPLIED_BY = "bisection: V only falls along a branch, so an unprobed checkpoint takes the next probed value"
-
-
-def offered_choices(kind: str, ctx: dict[str, Any]) -> dict[int, list[int]]:
-    """{answer: checkpoints it restores to} for the answers a locate prompt offers (its closed set)."""
-    admissible = [int(i) for i in ctx["admissible"]]
-    if kind == "locate_coarse":
-        return {s: [i for i in admissible if a <= i < b] for s, (a, b) in enumerate(ctx["segments"])}
-    if kind == "locate_fine":
-        a, b = ctx["segment"] or (0, max(admissible, default=0) + 1)
-        return {i: [i] for i in admissible if a <= i < b}
-    return {}
-
-
-def train_class_weights(metas: Sequence[dict[str, Any]], review: bool, locate: bool) -> dict[str, float]:
-    """Inverse class frequencies (`answer_class`) in the training split's rows, per decision group
-    balanced: review labels and/or restore points that stay or step back. GRPO balances by weighting
-    rewards, where SFT and DPO resample rows."""
-    weights: dict[str, float] = {}
-    groups = ([("review",)] if review else []) + ([LOCATE_KINDS] if locate else [])
-    for kinds in groups:
-        classes = [c for m in metas if m["decision"] in kinds and (c := answer_class(m)) is not None]
-        if classes:
-            weights.update(class_weights(classes))
-    return weights
-
-
-def view_row(row: dict[str, Any], weights: Mapping[str, float]) -> dict[str, Any]:
-    """One GRPO row from one `*_sft` row."""
-    meta = row["meta"]
-    kind, label = meta["decision"], str(meta["label"])
-    ctx = json.loads(meta["context"])
-    measured = {int(k): float(v) for k, v in json.loads(meta["values"]).items()}
-    tab = complete_values(measured, [int(i) for i in ctx["admissible"]])
-    admissible_values = [tab.values[int(i)] for i in ctx["admissible"]]
-    return {
-        "decision": kind,
-        "label": label,
-        "weight": weights.get(answer_class(meta) or "", 1.0),
-        "values": json.dumps({str(k): v for k, v in tab.values.items()}),
-        "values_implied": bool(tab.implied),
-        "v_now": float(meta["v_now"]),
-        "best_value": max(admissible_values, default=float(meta["v_now"])),
-        "choices": json.dumps({str(k): v for k, v in offered_choices(kind, ctx).items()}),
-        "opening": "",
-    }
 
 
 def prefill_answers(ds: Any, tokenizer: Any) -> Any:

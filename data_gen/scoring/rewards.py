@@ -18,29 +18,28 @@ branch when the data was built, so an answer is scored exactly and without calli
 columns come as keyword lists); each answers None for the other's rows, which TRL leaves out of
 that function's mean. Where the prompt was prefilled with the answer's opening (the `opening`
 column), the completion is read after it.
+
+`view_row` is a `*_sft` row as the rewards read it (the columns of GRPO's dataset, `train/grpo_data.py`);
+`decision_reward` scores one decision on such a row, which is how `rir eval-controller` reports the
+reward GRPO maximises, comparable across adapters and the heuristic.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from rir_runtime.decisions import DecisionKind, parse
-from rir_runtime.errors import ParseError
+from data_gen.scoring.answers import LOCATE_KINDS, answer_class, train_class_weights
+from rir_runtime.decisions import DecisionKind, dump, parse
+from rir_runtime.errors import ParseError, UserInputError
+from rir_runtime.values import complete_values
 
-LOCATE_KINDS: tuple[DecisionKind, ...] = ("locate_coarse", "locate_fine")
 DEFAULT_LATENESS = 0.5  # the earliest of equal answers keeps half of a value gap
 
 
 # --- review -------------------------------------------------------------------------------------
-def class_weights(labels: Sequence[str]) -> dict[str, float]:
-    """n / (k * n_c) per class c (n rows, k classes): each class then carries the same total weight."""
-    counts = Counter(labels)
-    return {c: len(labels) / (len(counts) * n) for c, n in counts.items()}
-
-
 def review_verdict(text: str) -> str | None:
     """The review decision of a reply, or None when it states none. A reply cut inside its reason
     (max_completion_length) still counts: the decision is its first key, which is also all the
@@ -164,3 +163,65 @@ def locate_reward(
         else:
             out.append(None)
     return out
+
+
+# --- a labelled row, as the rewards read it --------------------------------------------------------
+def offered_choices(kind: str, ctx: dict[str, Any]) -> dict[int, list[int]]:
+    """{answer: checkpoints it restores to} for the answers a locate prompt offers (its closed set)."""
+    admissible = [int(i) for i in ctx["admissible"]]
+    if kind == "locate_coarse":
+        return {s: [i for i in admissible if a <= i < b] for s, (a, b) in enumerate(ctx["segments"])}
+    if kind == "locate_fine":
+        a, b = ctx["segment"] or (0, max(admissible, default=0) + 1)
+        return {i: [i] for i in admissible if a <= i < b}
+    return {}
+
+
+def view_row(row: dict[str, Any], weights: Mapping[str, float]) -> dict[str, Any]:
+    """One GRPO row from one `*_sft` row."""
+    meta = row["meta"]
+    kind, label = meta["decision"], str(meta["label"])
+    ctx = json.loads(meta["context"])
+    measured = {int(k): float(v) for k, v in json.loads(meta["values"]).items()}
+    tab = complete_values(measured, [int(i) for i in ctx["admissible"]])
+    admissible_values = [tab.values[int(i)] for i in ctx["admissible"]]
+    return {
+        "decision": kind,
+        "label": label,
+        "weight": weights.get(answer_class(meta) or "", 1.0),
+        "values": json.dumps({str(k): v for k, v in tab.values.items()}),
+        "values_implied": bool(tab.implied),
+        "v_now": float(meta["v_now"]),
+        "best_value": max(admissible_values, default=float(meta["v_now"])),
+        "choices": json.dumps({str(k): v for k, v in offered_choices(kind, ctx).items()}),
+        "opening": "",
+    }
+
+
+def review_weights(data: str | Path) -> dict[str, float]:
+    """The review class weights GRPO trains with: inverse label frequency in the train split. Restore
+    points are scored unweighted, so offline locate rewards stay comparable across builds."""
+    from datasets import load_from_disk
+
+    folder = Path(data) / "review_sft"
+    if not (folder / "dataset_dict.json").is_file():
+        raise UserInputError(f"{folder} is not a dataset of `rir build-data`: pass its --out folder as --data")
+    dataset = load_from_disk(str(folder))
+    return train_class_weights(dataset["train"]["meta"], review=True, locate=False) if "train" in dataset else {}
+
+
+def decision_reward(
+    kind: DecisionKind,
+    value: Any,
+    row: dict[str, Any],
+    weights: Mapping[str, float],
+    lateness: float = DEFAULT_LATENESS,
+) -> float | None:
+    """The reward of one review or locate decision on its `*_sft` row; None for a row built without
+    a value table (datasets older than the `values` column)."""
+    if "values" not in row["meta"]:
+        return None
+    cols = {k: [v] for k, v in view_row(row, weights).items()}
+    answer = [dump(kind, value)]
+    reward = review_reward(answer, **cols) if kind == "review" else locate_reward(answer, **cols, lateness=lateness)
+    return float(reward[0] or 0.0)
