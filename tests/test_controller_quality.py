@@ -290,8 +290,8 @@ def test_the_card_holds_a_pending_threshold_until_calibration_writes_it(
     import types
 
     import train.calibrate
-    from train.adapter_files import write_adapter_files
     from train.args import TrainScriptArguments
+    from train.run import finish_adapter
 
     def killed(*_args: object) -> None:
         raise KeyboardInterrupt
@@ -301,9 +301,9 @@ def test_the_card_holds_a_pending_threshold_until_calibration_writes_it(
     training = types.SimpleNamespace(to_dict=lambda: {})
     script = TrainScriptArguments(calibrate_review=True)
     with pytest.raises(KeyboardInterrupt):
-        write_adapter_files(str(tmp_path), {**card, "decision_types": ["review"]}, script, training, script)
+        finish_adapter(str(tmp_path), {**card, "decision_types": ["review"]}, script, training, script)
     assert json.loads((tmp_path / "rir_controller.json").read_text())["review_threshold"] is None
-    write_adapter_files(str(tmp_path), {**card, "decision_types": ["locate"]}, script, training, script)
+    finish_adapter(str(tmp_path), {**card, "decision_types": ["locate"]}, script, training, script)
     assert "review_threshold" not in json.loads((tmp_path / "rir_controller.json").read_text())
 
 

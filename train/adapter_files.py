@@ -87,10 +87,10 @@ def data_versions(data: str) -> dict[str, int]:
 def write_adapter_files(
     output_dir: str, card: dict[str, Any], script_args: Any, training_args: Any, model_args: Any
 ) -> None:
-    """The card and resolved config after training; then, for a review adapter, the calibrated
-    threshold. Until calibration writes it, the card says `review_threshold: null`, which a
-    `tuned:` controller refuses: a run killed in between cannot be served at an uncalibrated 0."""
-    calibrate = script_args.calibrate_review and "review" in card["decision_types"]
+    """The cards and resolved config after training. Where calibration is to follow (`train/run.py`), the
+    card says `review_threshold: null` until it writes the threshold, which a `tuned:` controller refuses:
+    a run killed in between cannot be served at an uncalibrated 0."""
+    calibrate = script_args.calibrates(card["decision_types"])
     budget = data_prompt_budget(script_args.data)
     extra = {
         **(card.get("extra") or {}),
@@ -100,13 +100,3 @@ def write_adapter_files(
     }
     write_cards(output_dir, **{**card, "extra": extra})
     write_resolved_config(output_dir, script_args, training_args, model_args)
-    if calibrate:
-        from train.calibrate import calibrate_review
-
-        calibrate_review(
-            output_dir,
-            script_args.data,
-            script_args.eval_split,
-            script_args.calibration_rows,
-            script_args.calibration_min_per_label,
-        )

@@ -115,6 +115,11 @@ class TrainScriptArguments:
                 )
             self.decision_shares = [x / sum(shares) for x in shares]
 
+    def calibrates(self, decision_types: Sequence[str]) -> bool:
+        """Whether training ends by calibrating the review threshold: it trained the review decision and
+        `calibrate_review` is on."""
+        return self.calibrate_review and "review" in decision_types
+
 
 # --- config parsing -----------------------------------------------------------------------------
 def _option_names(parser: Any) -> dict[str, str]:

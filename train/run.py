@@ -1,6 +1,7 @@
-"""The one way a controller adapter is trained and saved, shared by SFT, DPO and GRPO: train
-(resuming from the newest checkpoint after a kill), save the adapter without TRL's frozen reference
-copy, keep the training log, write the adapter card, and shut the distributed run down.
+"""The one way a controller adapter is trained and saved, shared by SFT, DPO, GRPO and the value model:
+train (resuming from the newest checkpoint after a kill), save the adapter without TRL's frozen
+reference copy, keep the training log, write the files next to the adapter, calibrate the review
+threshold, and shut the distributed run down.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any
 
 def train_and_save(trainer: Any, card: dict, script_args: Any, training_args: Any, model_args: Any) -> Any:
     """Train `trainer` and save its adapter into output_dir; returns the trainer (state, logs, model)."""
-    from train.adapter_files import write_adapter_files
     from train.crashes import last_checkpoint, oom_advice
     from train.distributed import end_training
 
@@ -24,7 +24,25 @@ def train_and_save(trainer: Any, card: dict, script_args: Any, training_args: An
         # DPO and GRPO (beta > 0) keep a frozen "ref" copy of the starting adapter: not part of the result
         shutil.rmtree(Path(training_args.output_dir) / "ref", ignore_errors=True)
         trainer.save_state()  # trainer_state.json: the loss (and GRPO's reward) curve
-        write_adapter_files(training_args.output_dir, card, script_args, training_args, model_args)
+        finish_adapter(training_args.output_dir, card, script_args, training_args, model_args)
     trainer.accelerator.print(f"adapter saved to {training_args.output_dir}")
     end_training(trainer)  # finish trackers, destroy the process group
     return trainer
+
+
+def finish_adapter(output_dir: str, card: dict, script_args: Any, training_args: Any, model_args: Any) -> None:
+    """The files next to the saved adapter (its card says `review_threshold: null` where calibration is to
+    follow), then, for a review adapter, the calibration: a training step of its own, which loads the
+    adapter just saved and fits its recover/continue threshold on the data's calibration rows."""
+    from train.adapter_files import write_adapter_files
+    from train.calibrate import calibrate_review
+
+    write_adapter_files(output_dir, card, script_args, training_args, model_args)
+    if script_args.calibrates(card["decision_types"]):
+        calibrate_review(
+            output_dir,
+            script_args.data,
+            script_args.eval_split,
+            script_args.calibration_rows,
+            script_args.calibration_min_per_label,
+        )
