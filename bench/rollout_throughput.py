@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rir_runtime.jobs import SelectionConfig, expand_jobs, run_jobs
 from rir_runtime.llm.shared import batch_shared_backends, forget_shared_backends, shared_backend
+from rir_runtime.orchestration.jobs import SelectionConfig, expand_jobs, run_jobs
 from rir_runtime.policy_spec import PolicySpec
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from eval.report import write_report
 from eval.view import load_records, render, render_run
 from eval.view.page import report_section
-from rir_runtime.jobs import SelectionConfig, expand_jobs, run_jobs
+from rir_runtime.orchestration.jobs import SelectionConfig, expand_jobs, run_jobs
 from rir_runtime.trace import EpisodeRecord, append_record
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_gen.hindsight import REVIEW_TIES
-from rir_runtime.executors import EXECUTORS, check_executor
+from rir_runtime.orchestration.executors import EXECUTORS, check_executor
 
 LABEL_VALUES = ("expert", "agent", "agent-lesson")
 

@@ -23,8 +23,8 @@ from data_gen.hindsight import Label, label_point, reflection_candidates, retry_
 from data_gen.points import DecisionPoint, decision_points
 from rir_runtime.envs import make_env
 from rir_runtime.errors import RIRError, UserInputError
-from rir_runtime.executors import make_executor
 from rir_runtime.guidance import Guidance
+from rir_runtime.orchestration.executors import make_executor
 from rir_runtime.recovery import PRESETS
 from rir_runtime.trace import EpisodeRecord, drop_partial_tail
 

@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 
 from rir_runtime.errors import UserInputError
-from rir_runtime.jobs import EpisodeJob, SelectionConfig, check_nonempty, expand_jobs, run_jobs
+from rir_runtime.orchestration.jobs import EpisodeJob, SelectionConfig, check_nonempty, expand_jobs, run_jobs
 from rir_runtime.trace import TRACE_SCHEMA_VERSION, EpisodeRecord
 
 

@@ -31,8 +31,8 @@ from eval.when_features import feature_reference
 from rir_runtime.controllers import gated_spec, latest_admissible_in, make_controller
 from rir_runtime.decisions import Decision, DecisionKind, parse
 from rir_runtime.errors import ParseError, UserInputError
-from rir_runtime.jobs import check_controller_name
 from rir_runtime.llm.shared import shared_backend
+from rir_runtime.orchestration.jobs import check_controller_name
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.values import complete_values
 

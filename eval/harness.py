@@ -15,9 +15,9 @@ from typing import Any
 
 from eval.report import write_report
 from rir_runtime.budgets import AgentBudget
-from rir_runtime.jobs import EpisodeJob, SelectionConfig, check_nonempty, expand_jobs, run_job, run_jobs
+from rir_runtime.orchestration.jobs import EpisodeJob, SelectionConfig, check_nonempty, expand_jobs, run_job, run_jobs
 from rir_runtime.trace import EpisodeRecord
-from rir_runtime.transcript import render_transcript
+from rir_runtime.trace.transcript import render_transcript
 
 
 @dataclass

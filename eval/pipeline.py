@@ -6,7 +6,7 @@ Stages: rollouts on train variations -> hindsight labels and datasets -> LoRA SF
 controller (then DPO when configured) -> offline decision quality on the validation split ->
 evaluation on test variations (methods x controllers) -> `report.md`.
 
-Stages are cached and resumable (`rir_runtime/stages.py`): killing `rir pipeline` and running it
+Stages are cached and resumable (`rir_runtime/orchestration/stages.py`): killing `rir pipeline` and running it
 again loses no work, and a stage whose settings or inputs changed is redone, with everything
 downstream of it, after a line that says what changed.
 """
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 from data_gen.build_config import LABEL_VALUES
 from data_gen.hindsight import REVIEW_TIES
 from eval.paired import combine, find_comparison
+from rir_runtime.orchestration.launch import LAUNCHERS, last_complete_checkpoint, run_training, train_command
+from rir_runtime.orchestration.stages import Stages, yaml_settings
 from rir_runtime.policy_spec import NOISY_EXPERT, PolicySpec
-from rir_runtime.stages import Stages, yaml_settings
-from train.launch import last_complete_checkpoint, run_training, train_command
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -92,7 +92,7 @@ class PipelineConfig:
     train_seed: int = field(
         default=0, metadata={"help": "override the SFT and DPO configs' seed (0: keep), to measure run-to-run spread"}
     )
-    launcher: str = field(default="python", metadata={"help": "how training runs", "choices": ["python", "accelerate"]})
+    launcher: str = field(default="python", metadata={"help": "how training runs", "choices": list(LAUNCHERS)})
     accelerate_config: str = field(default="", metadata={"help": "accelerate config file (launcher accelerate)"})
     max_prompt_tokens: int = field(default=1024, metadata={"help": "prompt bound of the datasets"})
     eval_methods: list[str] = field(default_factory=lambda: ["react", "rir"], metadata={"help": "methods on test"})

@@ -2,7 +2,7 @@
 
 Heavy imports (torch, transformers, Java) happen inside the subcommands, so `rir --help` is
 instant. Every error raised on purpose (`RIRError`) becomes one line on stderr and exit code 2.
-Stage flags follow TRL's spelling (`--max_steps`, dashes accepted): see `rir_runtime/config.py`.
+Stage flags follow TRL's spelling (`--max_steps`, dashes accepted): see `rir_runtime/orchestration/config.py`.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def _stage(
     handler: Handler,
     names: dict[str, list[str]],
 ) -> None:
-    from rir_runtime.config import add_dataclass_arguments
+    from rir_runtime.orchestration.config import add_dataclass_arguments
 
     p = sub.add_parser(name, help=help_text, description=help_text + _SPELLING)
     p.add_argument("--config", help="YAML file with the same keys as the flags (flags override it)")
@@ -140,14 +140,14 @@ def _known_names() -> dict[str, list[str]]:
 
 def _config(args: argparse.Namespace, config_cls: type[C]) -> C:
     """The handler's config from `--config` and its flags; typed by the class the handler names."""
-    from rir_runtime.config import parse_config
+    from rir_runtime.orchestration.config import parse_config
 
     return parse_config(config_cls, args)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from eval.harness import run_one
-    from rir_runtime.jobs import SelectionConfig
+    from rir_runtime.orchestration.jobs import SelectionConfig
 
     run_one(_config(args, SelectionConfig))
     return 0
@@ -215,8 +215,8 @@ def cmd_trace_upgrade(args: argparse.Namespace) -> int:
 
 # --- parser -------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    from rir_runtime.config import FlagParser
     from rir_runtime.env_report import package_version
+    from rir_runtime.orchestration.config import FlagParser
 
     parser = FlagParser(
         prog="rir",
@@ -271,7 +271,7 @@ def _add_stages(sub: argparse._SubParsersAction) -> None:
     from eval.controller_eval import ControllerEvalConfig
     from eval.harness import EvalConfig
     from eval.pipeline import PipelineConfig
-    from rir_runtime.jobs import SelectionConfig
+    from rir_runtime.orchestration.jobs import SelectionConfig
     from train.cli import add_train_commands
 
     stages: list[tuple[str, str, type[DataclassInstance], Handler]] = [

@@ -23,7 +23,7 @@ import yaml
 pytest.importorskip("accelerate")
 
 from rir_runtime.errors import UserInputError  # noqa: E402
-from train import launch  # noqa: E402
+from rir_runtime.orchestration import launch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "configs" / "accelerate").glob("*.yaml"))

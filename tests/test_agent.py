@@ -11,11 +11,11 @@ import pytest
 
 from data_gen.agent_data import AgentDataConfig, AgentDataSource, build_agent_data, expert_episode
 from rir_runtime.agent import AgentContext
-from rir_runtime.config import build_config
 from rir_runtime.envs import TaskSpec
 from rir_runtime.envs.builtin import WorkshopEnv
 from rir_runtime.errors import UserInputError
 from rir_runtime.memory import ReflectionMemory
+from rir_runtime.orchestration.config import build_config
 from rir_runtime.policies import LLMPolicy
 
 TASK = TaskSpec("builtin", "workshop-3", "train", 4)
@@ -132,8 +132,8 @@ def test_tiny_agent_adapter_trains_loads_as_policy_and_acts(agent_adapter: Path)
 
 
 def test_agent_and_controller_adapters_are_not_interchangeable(agent_adapter: Path) -> None:
-    from rir_runtime.jobs import check_controller_name
     from rir_runtime.llm.card import read_card
+    from rir_runtime.orchestration.jobs import check_controller_name
 
     with pytest.raises(UserInputError, match="is an agent adapter, not a controller adapter.*--policy llm:"):
         check_controller_name(f"tuned:{agent_adapter}")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rir_runtime.config import build_config
 from rir_runtime.errors import RIRError, UserInputError
+from rir_runtime.orchestration.config import build_config
 from train import agent_recipe
 from train.agent_recipe import AgentRecipeConfig, agents, data_settings, resolved_data, run_recipe
 

@@ -123,8 +123,8 @@ def test_every_backend_and_wrapper_is_a_backend(tiny: TransformersBackend) -> No
 
 
 def test_workers_and_concurrency_together_are_rejected() -> None:
-    from rir_runtime.config import build_config
-    from rir_runtime.jobs import SelectionConfig
+    from rir_runtime.orchestration.config import build_config
+    from rir_runtime.orchestration.jobs import SelectionConfig
 
     assert SelectionConfig(workers=2).workers == 2 and SelectionConfig(concurrency=4).concurrency == 4
     with pytest.raises(ValueError, match="workers=2 and concurrency=4 cannot be combined.*drop --workers"):

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from rir_runtime.config import FlagParser, add_dataclass_arguments, build_config, parse_config
 from rir_runtime.errors import UserInputError
+from rir_runtime.orchestration.config import FlagParser, add_dataclass_arguments, build_config, parse_config
 
 
 @dataclass

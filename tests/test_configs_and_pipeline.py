@@ -20,10 +20,10 @@ from data_gen.build_config import BuildConfig
 from data_gen.rollout import RolloutConfig
 from eval.harness import EvalConfig
 from eval.pipeline import PipelineConfig, Suite, run_pipeline, suite_label_values
-from rir_runtime.config import build_config, load_yaml
 from rir_runtime.errors import UserInputError
+from rir_runtime.orchestration.config import build_config, load_yaml
+from rir_runtime.orchestration.launch import last_complete_checkpoint
 from train.agent_recipe import AgentRecipeConfig
-from train.launch import last_complete_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = {"eval": EvalConfig, "rollout": RolloutConfig, "build": BuildConfig, "pipeline": PipelineConfig}
@@ -75,7 +75,7 @@ def test_train_seed_reaches_both_trainings_and_keys_their_stages(
     """`--train_seed N` (to measure run-to-run spread) is passed to SFT and DPO and redoes both stages;
     0 keeps the configs' seeds and the stage keys of earlier builds."""
     import eval.pipeline as pipeline
-    from rir_runtime.stages import Stages
+    from rir_runtime.orchestration.stages import Stages
 
     commands: list[list[str]] = []
     monkeypatch.setattr(pipeline, "run_training", lambda _what, command: commands.append(command))

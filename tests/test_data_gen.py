@@ -13,10 +13,10 @@ from data_gen.hindsight import label_point
 from data_gen.points import decision_points
 from data_gen.rollout import RolloutConfig, rollout, rollout_jobs, shard_jobs
 from data_gen.splits import variation_key
-from rir_runtime.config import build_config
 from rir_runtime.envs import TaskSpec
 from rir_runtime.envs.builtin import WorkshopEnv
 from rir_runtime.errors import UserInputError
+from rir_runtime.orchestration.config import build_config
 from rir_runtime.trace import TRACE_SCHEMA_VERSION, read_records
 from rir_runtime.values import ValueProbe, latest_best_bisect, latest_best_linear
 

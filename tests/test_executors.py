@@ -31,10 +31,10 @@ from data_gen.labelling import episodes_to_label
 from data_gen.points import decision_points
 from data_gen.rollout import RolloutConfig, rollout
 from eval.harness import EvalConfig, evaluate
-from rir_runtime import executors
 from rir_runtime.errors import DependencyMissingError, UserInputError
-from rir_runtime.executors import ChunkSizer, LocalExecutor, check_executor, make_executor, stream
-from rir_runtime.jobs import SelectionConfig, expand_jobs, run_jobs
+from rir_runtime.orchestration import executors
+from rir_runtime.orchestration.executors import ChunkSizer, LocalExecutor, check_executor, make_executor, stream
+from rir_runtime.orchestration.jobs import SelectionConfig, expand_jobs, run_jobs
 from rir_runtime.trace import read_records
 
 REPO = Path(__file__).resolve().parents[1]

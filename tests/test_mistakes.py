@@ -6,7 +6,7 @@ import pytest
 
 from eval.mistakes import analyse, categorize, main
 from rir_runtime.errors import UserInputError
-from rir_runtime.jobs import SelectionConfig, expand_jobs, run_jobs
+from rir_runtime.orchestration.jobs import SelectionConfig, expand_jobs, run_jobs
 from rir_runtime.trace import StepEvent, read_records
 
 

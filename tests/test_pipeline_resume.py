@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rir_runtime.stages import Stages
+from rir_runtime.orchestration.stages import Stages
 
 
 class Killed(Exception):

@@ -23,9 +23,9 @@ from rir_runtime.envs import TaskSpec
 from rir_runtime.envs.builtin import WorkshopEnv
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UnknownNameError
-from rir_runtime.jobs import SelectionConfig, check_controller_name, expand_jobs, run_jobs
 from rir_runtime.loop import EpisodeRunner
 from rir_runtime.memory import MemorySnapshot, ReflectionMemory, is_state_claim
+from rir_runtime.orchestration.jobs import SelectionConfig, check_controller_name, expand_jobs, run_jobs
 from rir_runtime.policies import NoisyExpertPolicy
 from rir_runtime.prompts import DecisionContext, fit_decision
 from rir_runtime.recovery import PRESETS, ReviewSchedule, segments
@@ -482,8 +482,8 @@ def test_eval_resumes_without_duplicates(tmp_path) -> None:
 
 
 def test_bad_selection_is_rejected() -> None:
-    from rir_runtime.config import build_config
     from rir_runtime.errors import UserInputError
+    from rir_runtime.orchestration.config import build_config
 
     with pytest.raises(UserInputError, match="unknown method 'rirr'"):
         build_config(SelectionConfig, {"methods": ["rirr"]})
@@ -770,8 +770,8 @@ def test_the_loop_records_the_task_maximum_for_its_controllers() -> None:
 
 
 def test_only_keeps_the_named_method_controller_combinations() -> None:
-    from rir_runtime.config import build_config
     from rir_runtime.errors import UserInputError
+    from rir_runtime.orchestration.config import build_config
 
     base = {"env": "builtin", "tasks": ["workshop-3"], "variations": "0-1", "methods": ["react", "rir", "rir-unguided"]}
     cfg = build_config(

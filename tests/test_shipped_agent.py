@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rir_runtime.config import build_config, load_yaml
 from rir_runtime.llm.card import read_card
+from rir_runtime.orchestration.config import build_config, load_yaml
 from rir_runtime.prompts import prompt_format_version
 from train.agent_recipe import AgentRecipeConfig
 

@@ -10,8 +10,8 @@ import pytest
 
 from eval.mistakes import after_restores
 from rir_runtime.decisions import Failure, Reflection
-from rir_runtime.jobs import SelectionConfig, expand_jobs, run_jobs
 from rir_runtime.memory import MemorySnapshot
+from rir_runtime.orchestration.jobs import SelectionConfig, expand_jobs, run_jobs
 from rir_runtime.trace import (
     TRACE_SCHEMA_VERSION,
     EpisodeRecord,

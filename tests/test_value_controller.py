@@ -164,7 +164,7 @@ def test_value_pairs_rank_options_by_the_agents_own_values(value_data: Path) -> 
 def test_rir_train_value_writes_an_adapter_that_serves_as_a_controller(value_data: Path, tmp_path: Path) -> None:
     from rir_runtime.cli import main as rir
     from rir_runtime.envs import TaskSpec
-    from rir_runtime.jobs import EpisodeJob, run_job
+    from rir_runtime.orchestration.jobs import EpisodeJob, run_job
 
     out = tmp_path / "value"
     argv = ["train", "value", "--model", "tiny-random-llama", "--data", str(value_data), "--output_dir", str(out),

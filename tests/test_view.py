@@ -22,8 +22,8 @@ from eval.view.assets import JS
 from eval.view.data import first_difference
 from rir_runtime.cli import main
 from rir_runtime.decisions import Failure, Reflection
-from rir_runtime.jobs import SelectionConfig, expand_jobs, run_jobs
 from rir_runtime.memory import Anchored, MemorySnapshot
+from rir_runtime.orchestration.jobs import SelectionConfig, expand_jobs, run_jobs
 from rir_runtime.trace import (
     EpisodeRecord,
     GuidanceEvent,

@@ -13,7 +13,7 @@ agent-data YAML, or the round's own `mistakes_of` (`previous` or an earlier roun
 replaces the agent of every DAgger source of its YAML (so the shipped YAMLs serve both the recipe
 and the hand-typed commands).
 
-Rounds are stages of the pipeline's cache (`rir_runtime.stages.Stages`): a rerun skips finished rounds,
+Rounds are stages of the pipeline's cache (`rir_runtime.orchestration.stages.Stages`): a rerun skips finished rounds,
 resumes a killed round from its newest checkpoint, and redoes a round whose settings or earlier
 rounds changed, after saying what changed. Layout: `<out>/<round>/` holds `agent_data.yaml` (the
 resolved data config), `data/agent_sft` and `adapter/` (with its checkpoints); `<out>/final` is a
@@ -33,12 +33,18 @@ from typing import Any
 import yaml
 
 from data_gen.agent_data import PREVIOUS, AgentDataConfig
-from rir_runtime.config import FlagParser, add_dataclass_arguments, build_config, load_yaml, parse_config
 from rir_runtime.errors import RIRError, UserInputError
 from rir_runtime.llm.card import CARD, has_card
-from rir_runtime.stages import Stages, yaml_settings
-from train.cli import DEFAULT_ACCELERATE_CONFIG, LAUNCHERS
-from train.launch import last_complete_checkpoint, run_training, train_command
+from rir_runtime.orchestration.config import FlagParser, add_dataclass_arguments, build_config, load_yaml, parse_config
+from rir_runtime.orchestration.launch import (
+    LAUNCHERS,
+    SINGLE_PROCESS_CONFIG,
+    check_launcher,
+    last_complete_checkpoint,
+    run_training,
+    train_command,
+)
+from rir_runtime.orchestration.stages import Stages, yaml_settings
 
 STARTS = ("fresh", "continue")
 # Flags the recipe sets for each round; `train_args` may not override them.
@@ -98,15 +104,14 @@ class AgentRecipeConfig:
     )
     launcher: str = field(default="python", metadata={"help": "how training runs", "choices": list(LAUNCHERS)})
     accelerate_config: str = field(
-        default=DEFAULT_ACCELERATE_CONFIG, metadata={"help": "accelerate config of launcher accelerate"}
+        default=SINGLE_PROCESS_CONFIG, metadata={"help": "accelerate config of launcher accelerate"}
     )
     rounds: list[AgentRound] = field(default_factory=list, metadata={"help": "the rounds, in order (YAML list)"})
 
     def __post_init__(self) -> None:
         if not self.rounds:
             raise UserInputError("rounds is empty: list at least one round")
-        if self.launcher not in LAUNCHERS:
-            raise UserInputError(f"launcher '{self.launcher}' unknown: choose {' or '.join(LAUNCHERS)}")
+        check_launcher(self.launcher)
         if self.launcher == "accelerate" and not Path(self.accelerate_config).is_file():
             raise UserInputError(
                 f"accelerate_config {self.accelerate_config} does not exist: name one of "

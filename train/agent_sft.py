@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from data_gen.agent_data import AgentDataConfig, build_agent_data
-from rir_runtime.config import build_config, load_yaml
 from rir_runtime.errors import UserInputError
+from rir_runtime.orchestration.config import build_config, load_yaml
 
 DEFAULT_AGENT_DATA = "configs/build/agent_data.yaml"
 

@@ -141,7 +141,7 @@ def _unknown(key: str, valid: Sequence[str], where: str) -> UserInputError:
 def check_config_keys(parser: Any, config_path: str) -> None:
     """Unknown YAML keys are errors naming the key and the nearest valid one (TrlParser only lists
     them, and HfArgumentParser would otherwise take a misspelt key as a silent no-op)."""
-    from rir_runtime.config import load_yaml
+    from rir_runtime.orchestration.config import load_yaml
 
     config = load_yaml(config_path)  # the one YAML reader: missing file, bad syntax, not a mapping
     dests = {a.dest for a in parser._actions}

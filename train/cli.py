@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from rir_runtime.errors import UserInputError
+from rir_runtime.orchestration.launch import check_launcher
 
 STAGES = {
     "sft": "supervised fine-tuning of a controller LoRA adapter on the *_sft datasets",
@@ -39,8 +40,6 @@ STAGES = {
     "calibrate": "fit a trained adapter's recover/continue threshold again, on a dataset's calibration split "
     "(training does it once; this refits it, e.g. on other data), into the adapter card",
 }
-LAUNCHERS = ("python", "accelerate")
-DEFAULT_ACCELERATE_CONFIG = "configs/accelerate/single_gpu.yaml"
 
 
 def add_train_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -68,8 +67,7 @@ def split_launcher(argv: list[str]) -> tuple[str, str | None, list[str]]:
         if key in ("--launcher", "--accelerate-config", "--accelerate_config"):
             value = value if eq else next(it, "")
             if key == "--launcher":
-                if value not in LAUNCHERS:
-                    raise UserInputError(f"--launcher '{value}' unknown: choose {' or '.join(LAUNCHERS)}")
+                check_launcher(value, "--launcher")
                 launcher = value
             else:
                 acc_config = value
@@ -88,7 +86,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return recipe_main(list(args.argv))
     launcher, acc_config, argv = split_launcher(list(args.argv))
     if launcher == "accelerate":
-        from train.launch import accelerate_command
+        from rir_runtime.orchestration.launch import accelerate_command
 
         cmd = accelerate_command(f"train.{stage.replace('-', '_')}", argv, acc_config)  # agent-sft: agent_sft.py
         print("launching:", shlex.join(cmd), file=sys.stderr)

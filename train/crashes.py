@@ -22,7 +22,7 @@ class TrainingResourceError(RIRError):
 def last_checkpoint(training_args: Any) -> str | None:
     """The checkpoint to resume from: the one asked for, else the newest complete one in output_dir
     (after a kill; a checkpoint the kill interrupted is skipped)."""
-    from train.launch import last_complete_checkpoint
+    from rir_runtime.orchestration.launch import last_complete_checkpoint
 
     if training_args.resume_from_checkpoint:
         return training_args.resume_from_checkpoint

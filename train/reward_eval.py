@@ -34,7 +34,7 @@ def reward_curve(output_dir: str) -> list[tuple[int, float]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from rir_runtime.config import FlagParser, add_dataclass_arguments, parse_config
+    from rir_runtime.orchestration.config import FlagParser, add_dataclass_arguments, parse_config
 
     parser = FlagParser(prog="python -m train.reward_eval", description=__doc__)
     add_dataclass_arguments(parser, RewardCurveConfig)

@@ -62,7 +62,7 @@ class EpisodeRecord:
     stop_reason: str
     memory: MemorySnapshot
     events: tuple[Event, ...]
-    # Set by the job that ran the episode (rir_runtime/jobs.py).
+    # Set by the job that ran the episode (rir_runtime/orchestration/jobs.py).
     episode_id: str = ""
     seed: int = 0
     tag: str = ""

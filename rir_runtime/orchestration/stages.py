@@ -162,7 +162,7 @@ class Stages:
 
 def yaml_settings(path: str, what: str) -> dict[str, Any]:
     """A training YAML's keys, for a stage key: edits to its values count, edits to its comments do not."""
-    from rir_runtime.config import load_yaml
+    from rir_runtime.orchestration.config import load_yaml
 
     if not Path(path).is_file():
         raise UserInputError(f"{what} {path} does not exist: fix `{what}` in the YAML (or its flag)")

@@ -18,8 +18,8 @@ from pathlib import Path
 from rir_runtime.budgets import AgentBudget
 from rir_runtime.envs import ENV_CLASSES, Env, TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.errors import UnknownNameError, UserInputError
-from rir_runtime.executors import EXECUTORS, check_executor, make_executor
 from rir_runtime.llm.shared import batch_shared_backends, shared_backend
+from rir_runtime.orchestration.executors import EXECUTORS, check_executor, make_executor
 from rir_runtime.policies import MODES
 from rir_runtime.policy_spec import NOISY_EXPERT, PolicySpec, spellings
 from rir_runtime.recovery import METHODS, PRESETS

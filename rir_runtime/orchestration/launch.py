@@ -20,7 +20,8 @@ from pathlib import Path
 
 from rir_runtime.errors import RIRError, UserInputError
 
-SINGLE_PROCESS_CONFIG = "configs/accelerate/single_gpu.yaml"
+LAUNCHERS = ("python", "accelerate")  # how a training process starts: plainly, or under `accelerate launch`
+SINGLE_PROCESS_CONFIG = "configs/accelerate/single_gpu.yaml"  # the accelerate config used when none is named
 MULTI_PROCESS_CONFIG = "configs/accelerate/multi_gpu.yaml"  # DDP through torchrun: GPUs, or CPUs over gloo
 # Flags both parsers know stay with the stage: the Trainer's gradient accumulation (it also fills DeepSpeed's),
 # TrainingArguments' `--debug`, and `-h` (the stage's help lists every training key).
@@ -31,11 +32,16 @@ ONE_PROCESS_KINDS = ("NO", "MULTI_CPU")  # accelerate's simple launcher: one pro
 
 def train_command(module: str, args: list[str], launcher: str = "python", accelerate_config: str = "") -> list[str]:
     """`python -m <module> <args>`, or the same under `accelerate launch` (see `accelerate_command`)."""
-    if launcher not in ("python", "accelerate"):
-        raise UserInputError(f"launcher '{launcher}' unknown: choose python or accelerate")
+    check_launcher(launcher)
     if launcher == "accelerate":
         return accelerate_command(module, args, accelerate_config or None)
     return [sys.executable, "-m", module, *args]
+
+
+def check_launcher(launcher: str, name: str = "launcher") -> None:
+    """Refuse a launcher that is neither `python` nor `accelerate` (`name`: as the user spelt the setting)."""
+    if launcher not in LAUNCHERS:
+        raise UserInputError(f"{name} '{launcher}' unknown: choose {' or '.join(LAUNCHERS)}")
 
 
 def run_training(what: str, cmd: list[str], label: str = "pipeline") -> None:
@@ -150,7 +156,7 @@ def plan_accelerate_launch(argv: Sequence[str], config_file: str | None = None) 
 
 
 def read_accelerate_config(path: str) -> dict:
-    from rir_runtime.config import load_yaml
+    from rir_runtime.orchestration.config import load_yaml
 
     if not Path(path).is_file():
         raise UserInputError(
