@@ -1,9 +1,15 @@
 """One error hierarchy, so the CLI can print a single clear line instead of a deep stack trace.
 
-Every error a user can cause carries the problem *and* the fix in its message.
+Every error a user can cause carries the problem *and* the fix in its message. `exit_code` is the one
+place that turns such an error into that line (`rir: error: ...`) and exit code 2, for every entry
+point: `rir`, and `python -m train.<stage>` with or without accelerate.
 """
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
 
 
 class RIRError(Exception):
@@ -44,3 +50,17 @@ class ParseError(RIRError):
 
 class ServerError(RIRError):
     """A model server answered with an HTTP error that retrying did not cure; says what to change."""
+
+
+def exit_code(main: Callable[..., Any], *args: Any) -> int:
+    """Run an entry point's work: its own exit code (None or anything else that is not an int: 0); an
+    error raised on purpose (`RIRError`) is one line on stderr and exit code 2; Ctrl-C is 130."""
+    try:
+        code = main(*args)
+    except RIRError as err:
+        print(f"rir: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rir: interrupted", file=sys.stderr)
+        return 130
+    return code if isinstance(code, int) else 0

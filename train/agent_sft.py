@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from data_gen.agent_data import AgentDataConfig, build_agent_data
-from rir_runtime.errors import UserInputError
+from rir_runtime.errors import UserInputError, exit_code
 from rir_runtime.orchestration.config import build_config, load_yaml
 
 DEFAULT_AGENT_DATA = "configs/build/agent_data.yaml"
@@ -60,4 +60,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":  # accelerate launch -m train.agent_sft --config ...
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(exit_code(main, sys.argv[1:]))

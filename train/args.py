@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rir_runtime.errors import RIRError, UserInputError
+from rir_runtime.errors import UserInputError, exit_code
 from train.calibrate import MIN_ROWS_PER_LABEL
 
 DECISION_TYPES = ("review", "locate", "reflect")
@@ -179,12 +179,10 @@ def parse_train_args(parser: Any, argv: Sequence[str] | None = None) -> tuple[An
 
 
 def run_script(main: Any, parser: Any, argv: Sequence[str] | None = None) -> int:
-    """`python -m train.sft|dpo`: parse, train; our errors become one line and exit code 2."""
-    import sys
+    """`python -m train.sft|dpo|grpo|value`: parse, train; our errors become one line and exit code 2
+    (`exit_code`, as for every entry point)."""
 
-    try:
+    def train() -> None:
         main(*parse_train_args(parser, argv))
-    except RIRError as err:
-        print(f"rir: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+
+    return exit_code(train)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rir_runtime.errors import UserInputError
+from rir_runtime.errors import UserInputError, exit_code
 
 
 @dataclass
@@ -49,8 +49,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except UserInputError as err:
-        print(f"rir: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(exit_code(main))
