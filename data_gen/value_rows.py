@@ -3,7 +3,7 @@ hindsight values, as (prompt, chosen option, rejected option) rows for TRL's `Re
 
 A point's options are {continue} (at a scheduled or requested review; after a failed ending there is
 nothing to continue) and {recover to checkpoint i with the lesson for step i} for every admissible
-checkpoint (`rir_runtime/options.py`). An option's value is the label's: `v_now` for continuing,
+checkpoint (`rir_runtime/controllers/options.py`). An option's value is the label's: `v_now` for continuing,
 `V(C_i)` for a recovery to i. Two options make a pair where their values differ by at least the review
 margin (0.5): a smaller difference is noise in K continuations, not a preference. Options of equal
 value are ordered as the controller breaks ties (going on, then the latest checkpoint): on a branch
@@ -25,7 +25,7 @@ from typing import Any
 
 from data_gen.hindsight import RECOVER_MARGIN, context_for
 from data_gen.points import DecisionPoint, ended
-from rir_runtime.options import CONTINUE, option_text, value_prompt
+from rir_runtime.controllers.options import CONTINUE, option_text, value_prompt
 from rir_runtime.values import complete_values
 
 VALUE_DATASET = "value_pref"

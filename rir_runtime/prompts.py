@@ -22,7 +22,7 @@ PROMPT_FORMAT_VERSION = 3
 # The agent's prompt (render_agent) counts apart: unchanged since it shared version 2 with the
 # controllers, so agent adapters trained then still load.
 AGENT_PROMPT_FORMAT_VERSION = 2
-# The value controller's trajectory prompt and option texts (`rir_runtime/options.py`), a family of their own.
+# The value controller's trajectory prompt and option texts (`controllers/options.py`), a family of their own.
 VALUE_PROMPT_VERSION = 1
 PROMPT_VERSIONS = {"agent": AGENT_PROMPT_FORMAT_VERSION, "value": VALUE_PROMPT_VERSION}
 

@@ -11,9 +11,9 @@ import pytest
 
 from data_gen.value_rows import ranked_pairs
 from rir_runtime.controllers import make_controller
+from rir_runtime.controllers.options import CONTINUE, option_text, recovery_options, value_prompt
 from rir_runtime.controllers.value import ValueController
 from rir_runtime.envs.checkpoints import Step
-from rir_runtime.options import CONTINUE, option_text, recovery_options, value_prompt
 from rir_runtime.prompts import DecisionContext
 
 HISTORY = (

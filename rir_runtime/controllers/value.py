@@ -2,7 +2,7 @@
 
 A failure critic says how likely the branch is to fail; an intervention pays only where its expected
 gain beats its disruption. So this controller scores every option of the decision, {continue} and
-{recover to checkpoint i with the lesson for step i} (`rir_runtime/options.py`), with a scalar-head
+{recover to checkpoint i with the lesson for step i} (`rir_runtime/controllers/options.py`), with a scalar-head
 model trained on the options' hindsight values (`rir train value`), and recovers where the best
 recovery beats continuing by the margin calibrated in its card, to that recovery's checkpoint. The
 options share the trajectory prompt, so one batched pass over its cache scores them all: a review
@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from rir_runtime.controllers.heuristic import HeuristicController
+from rir_runtime.controllers.options import CONTINUE, option_text, value_prompt
 from rir_runtime.controllers.rules import latest_admissible_in, segments_containing
 from rir_runtime.decisions import Decision, Review
-from rir_runtime.options import CONTINUE, option_text, value_prompt
 from rir_runtime.prompts import DecisionContext, approx_tokens
 
 DEFAULT_MAX_OPTIONS = 128
