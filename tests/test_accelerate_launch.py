@@ -55,12 +55,12 @@ def four_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_cli_passes_accelerate_flags_to_accelerate_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    import train.cli as cli
+    import train.commands.train as cli
 
     launched: list[list[str]] = []
     monkeypatch.setattr(cli.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
     parser = argparse.ArgumentParser(prog="rir")
-    cli.add_train_commands(parser.add_subparsers(dest="command"))
+    cli.add_parser(parser.add_subparsers(dest="command"), "train", "")
     argv = ["train", "sft", "--launcher", "accelerate", "--num_processes", "2", "--mixed-precision=bf16"]
     argv += ["--main_process_port", "29612", "--config", "c.yaml", "--max-steps", "3"]
     argv += ["--gradient_accumulation_steps", "2"]  # the Trainer's: both parsers know it

@@ -7,8 +7,8 @@ import importlib.metadata as md
 import pytest
 
 from eval.harness import EvalConfig
-from rir_runtime import env_report
-from rir_runtime.cli import _config, build_parser, main
+from rir_runtime.cli import build_parser, main, stage_config
+from rir_runtime.commands import env as env_report
 from rir_runtime.controllers import CONTROLLER_KINDS
 from rir_runtime.llm.registry import MODELS
 from rir_runtime.policies import MODES
@@ -18,7 +18,7 @@ STAGES = ("run", "eval", "eval-controller", "pipeline", "rollout", "build-data")
 
 
 def eval_config(argv: list[str]) -> EvalConfig:
-    return _config(build_parser().parse_args(["eval", *argv]), EvalConfig)
+    return stage_config(build_parser().parse_args(["eval", *argv]), EvalConfig)
 
 
 def test_eval_takes_trl_spelling_and_dashes_alike() -> None:

@@ -150,11 +150,11 @@ def test_executor_settings_are_checked_before_any_work() -> None:
 
 @pytest.mark.parametrize("stage, cls", [("rollout", RolloutConfig), ("eval", EvalConfig), ("build-data", BuildConfig)])
 def test_cli_stages_take_the_executor_flags(stage: str, cls: type, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rir_runtime.cli import _config, build_parser
+    from rir_runtime.cli import build_parser, stage_config
 
     monkeypatch.setattr(executors, "import_ray", lambda: None)  # parsing needs no Ray
     argv = [stage, "--executor", "ray", "--ray-address", "auto", "--workers", "2", "--rollouts", "r"]
-    cfg = _config(build_parser().parse_args(argv if stage == "build-data" else argv[:-2]), cls)
+    cfg = stage_config(build_parser().parse_args(argv if stage == "build-data" else argv[:-2]), cls)
     assert (cfg.executor, cfg.ray_address, cfg.workers) == ("ray", "auto", 2)
 
 

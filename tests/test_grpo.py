@@ -408,10 +408,10 @@ def test_shipped_grpo_config_builds_and_trains_one_step(config: Path, data: Path
 def test_rir_train_grpo_parses_with_the_grpo_parser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    import train.cli as cli
+    import train.commands.train as cli
 
     parser = argparse.ArgumentParser(prog="rir")
-    cli.add_train_commands(parser.add_subparsers(dest="command"))
+    cli.add_parser(parser.add_subparsers(dest="command"), "train", "")
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("num_generation: 4\n")
     with pytest.raises(UserInputError, match="Did you mean 'num_generations'"):

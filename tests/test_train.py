@@ -454,10 +454,10 @@ def test_out_of_memory_says_what_to_reduce() -> None:
 def test_cli_passes_flags_to_the_stage_parser(tmp_path: Path) -> None:
     import argparse
 
-    from train.cli import add_train_commands, cmd_train, split_launcher
+    from train.commands.train import add_parser, cmd_train, split_launcher
 
     parser = argparse.ArgumentParser(prog="rir")
-    add_train_commands(parser.add_subparsers(dest="command"))
+    add_parser(parser.add_subparsers(dest="command"), "train", "")
     ns = parser.parse_args(["train", "sft", "--config", "c.yaml", "--max-steps", "3", "-h"])
     assert ns.handler is cmd_train and ns.argv == ["--config", "c.yaml", "--max-steps", "3", "-h"]
     assert split_launcher(["--launcher", "accelerate", "--accelerate-config=a.yaml", "--max-steps", "3"]) == (
@@ -477,12 +477,12 @@ def test_accelerate_launcher_runs_an_importable_module(stage: str, monkeypatch: 
     import argparse
     import importlib.util
 
-    import train.cli as cli
+    import train.commands.train as cli
 
     launched: list[list[str]] = []
     monkeypatch.setattr(cli.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
     parser = argparse.ArgumentParser(prog="rir")
-    cli.add_train_commands(parser.add_subparsers(dest="command"))
+    cli.add_parser(parser.add_subparsers(dest="command"), "train", "")
     assert cli.cmd_train(parser.parse_args(["train", stage, "--launcher", "accelerate", "--max-steps", "3"])) == 0
     cmd = launched[0]
     module = cmd[cmd.index("-m", cmd.index("--config_file")) + 1]

@@ -5,11 +5,20 @@ Useful to get a feel for a benchmark and to see by hand what a restore brings ba
 
 from __future__ import annotations
 
+import argparse
+
+from rir_runtime.cli import add_task_selection
 from rir_runtime.envs import make_env, parse_variations, resolve_tasks
 from rir_runtime.envs.checkpoints import CheckpointStore, Step
 from rir_runtime.errors import RestoreError
 
 HELP = """commands: any action text | :actions | :expert | :checkpoints | :rollback N | :help | :quit"""
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    p = sub.add_parser(name, help=help_text)
+    add_task_selection(p)
+    p.set_defaults(handler=lambda args: play(args.env, args.tasks, args.split, args.variations))
 
 
 def play(env_name: str, tasks: str | None, split: str, variations: str | None) -> None:

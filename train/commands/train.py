@@ -42,11 +42,11 @@ STAGES = {
 }
 
 
-def add_train_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Add `train sft` and `train dpo` to the `rir` parser (handlers return an exit code)."""
-    train = subparsers.add_parser(
-        "train",
-        help="train a controller LoRA adapter (TRL SFT or DPO, PEFT)",
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    """Add `train <stage>` to the `rir` parser, one subcommand per stage (handlers return an exit code)."""
+    train = sub.add_parser(
+        name,
+        help=help_text,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -6,13 +6,15 @@ versions come from installed metadata (no imports), and only torch is imported, 
 
 from __future__ import annotations
 
-import importlib.metadata as md
+import argparse
 import os
 import platform
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+
+from rir_runtime.cli import package_version
 
 # The packages whose versions decide whether a run reproduces (the environments' engines included).
 PACKAGES = (
@@ -37,18 +39,6 @@ NO_JAVA = (
 class Section:
     title: str
     rows: tuple[tuple[str, str], ...]
-
-
-def package_version(dist: str) -> str:
-    """The installed version of a distribution, or why there is none."""
-    try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
-        if dist == "rir":  # run from a checkout that was never pip-installed
-            from rir_runtime import __version__
-
-            return f"{__version__} (not installed)"
-        return "not installed"
 
 
 def versions() -> Section:
@@ -137,3 +127,12 @@ def render(sections: list[Section]) -> str:
         lines += [f"- {key}: {value}" for key, value in section.rows]
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    sub.add_parser(name, help=help_text).set_defaults(handler=report)
+
+
+def report(args: argparse.Namespace) -> int:
+    sys.stdout.write(render(collect()))
+    return 0
