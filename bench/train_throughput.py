@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -102,6 +103,24 @@ def count_params(model: Any) -> tuple[int, int]:
     return total, trainable
 
 
+def timed_steps(step: Callable[[], float], device: torch.device, warmup: int, steps: int) -> list[float]:
+    """Seconds of each of `steps` training steps after `warmup` untimed ones (a GPU synchronised after
+    each, its peak memory counted from the first timed step)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        step()
+    sync()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -123,18 +142,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         optim.zero_grad(set_to_none=True)
         return float(loss.detach())
 
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for _ in range(args.warmup):
-        step()
-    sync()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - t0)
+    times = timed_steps(step, device, args.warmup, args.steps)
     step_s = sum(times) / len(times)
     name, peak = peak_flops(device)
     hidden, _, layers = SHAPES[args.shape][:3]

@@ -33,7 +33,7 @@ from rir_runtime.errors import UserInputError
 from rir_runtime.memory import ReflectionMemory
 from rir_runtime.policies import LLMPolicy, action_mode, agent_prompt, plausible_mistake
 from rir_runtime.policy_spec import PolicySpec
-from rir_runtime.prompts import DecisionContext
+from rir_runtime.prompts import DecisionContext, Messages
 
 PREVIOUS = "previous"  # mistakes_of: the adapter of the previous round of a recipe
 
@@ -134,42 +134,66 @@ def expert_episode(
         elif t == detour_at:
             wrong = plausible_mistake(plan[0], actions, task.key, str(rng.random()))
         if wrong and wrong != plan[0]:
-            before = env.checkpoint()
             score = history[-1].score if history else obs.score
-            result = env.step(wrong)
-            wrong_step = Step(len(history), wrong, result.observation, result.score, result.won, result.lost)
-            detoured = history + (wrong_step,)
-            if agent is not None and not (result.lost or result.score < score):
-                env.restore(before)  # another route, not a mistake: the expert's label stands as is
-            elif agent is not None or recover or not env.expert_replans:
-                memory.add(_reflection(obs.objective, memory, detoured, len(history)))
-                env.restore(before)
-            else:
-                history, observation = detoured, result.observation
-                if result.done or not env.expert_actions():
+            went_on = _detour(env, wrong, history, score, memory, obs.objective, agent is not None, recover)
+            if went_on is not None:
+                history, observation, stuck = went_on
+                if stuck:
                     break  # an unrecoverable detour teaches nothing about getting back on track
                 continue
-        prompt = agent_prompt(obs.objective, memory.render(), history, observation, actions)
         if agent is None or memory.failures:  # an agent's rows without a lesson repeat plain cloning
-            meta = {
-                "env": task.env,
-                "task": task.task,
-                "split": task.split,
-                "variation": task.variation,
-                "step": len(history),
-                "detour": agent is not None or (detour_at is not None and t >= detour_at),
-                "recovered": bool(memory.failures),
-                "label": plan[0],
-            }
-            rows.append(
-                {"prompt": prompt, "completion": [{"role": "assistant", "content": f"Action: {plan[0]}"}], "meta": meta}
-            )
+            prompt = agent_prompt(obs.objective, memory.render(), history, observation, actions)
+            detoured = agent is not None or (detour_at is not None and t >= detour_at)
+            rows.append(_clone_row(task, prompt, plan[0], len(history), detoured, bool(memory.failures)))
         result = env.step(plan[0])
         history += (Step(len(history), plan[0], result.observation, result.score, result.won, result.lost),)
         observation = result.observation
         if result.done:
             break
     return rows
+
+
+def _detour(
+    env: Env,
+    wrong: str,
+    history: tuple[Step, ...],
+    score: float,
+    memory: ReflectionMemory,
+    objective: str,
+    by_agent: bool,
+    recover: bool,
+) -> tuple[tuple[Step, ...], str, bool] | None:
+    """Take the wrong action from where the branch stands (at `score`). A mistake is undone: the world
+    is restored to before it and the heuristic What's reflection on it joins the memory; an agent's
+    action that neither loses nor drops the score is another route, undone and forgotten. None then.
+    Where the expert replans instead (no agent, no `recover`), the branch goes on from the wrong state:
+    (the branch with it, its observation, whether the episode can no longer go on from there)."""
+    before = env.checkpoint()
+    result = env.step(wrong)
+    detoured = history + (Step(len(history), wrong, result.observation, result.score, result.won, result.lost),)
+    if by_agent and not (result.lost or result.score < score):
+        env.restore(before)  # another route, not a mistake: the expert's label stands as is
+        return None
+    if by_agent or recover or not env.expert_replans:
+        memory.add(_reflection(objective, memory, detoured, len(history)))
+        env.restore(before)
+        return None
+    return detoured, result.observation, result.done or not env.expert_actions()
+
+
+def _clone_row(task: TaskSpec, prompt: Messages, label: str, step: int, detour: bool, recovered: bool) -> dict:
+    """One agent SFT row: the agent's prompt, the expert's next action as the answer."""
+    meta = {
+        "env": task.env,
+        "task": task.task,
+        "split": task.split,
+        "variation": task.variation,
+        "step": step,
+        "detour": detour,
+        "recovered": recovered,
+        "label": label,
+    }
+    return {"prompt": prompt, "completion": [{"role": "assistant", "content": f"Action: {label}"}], "meta": meta}
 
 
 def _agent(spec: str, mode: str) -> LLMPolicy:

@@ -28,7 +28,7 @@ from data_gen.scoring.answers import answer_class, share_cap, spaced
 from data_gen.scoring.metrics import Interval, auroc, auroc_ci, auroc_within, binary_intervals, binary_quality, mean_ci
 from data_gen.scoring.rewards import decision_reward, review_weights
 from eval.when_features import feature_reference
-from rir_runtime.controllers import gated_spec, latest_admissible_in, make_controller
+from rir_runtime.controllers import Controller, gated_spec, latest_admissible_in, make_controller
 from rir_runtime.decisions import Decision, DecisionKind, parse
 from rir_runtime.errors import ParseError, UserInputError
 from rir_runtime.llm.shared import shared_backend
@@ -280,6 +280,60 @@ def warn_once(message: str) -> None:
         print(message, file=sys.stderr)
 
 
+class Decisions:
+    """One controller's decisions on the rows' situations. A situation that several rows share (a
+    reflection and its preference pairs, a restore point's fine row and its end-to-end locate) is
+    decided once; the time each decision took is kept, and the GRPO reward of each review and locate
+    decision (rows without values have none)."""
+
+    def __init__(self, controller: Controller, weights: dict[str, float]) -> None:
+        self.calls: dict[DecisionKind, Callable[[DecisionContext], Decision]] = {
+            "review": controller.review,
+            "locate_coarse": controller.locate_coarse,
+            "locate_fine": controller.locate_fine,
+            "reflect": controller.reflect,
+        }
+        self.weights = weights
+        self.answered: dict[tuple[str, str], Decision] = {}
+        self.latency: list[float] = []
+        self.rewards: dict[str, list[float]] = {}
+
+    def decide_in(self, kind: DecisionKind, ctx: DecisionContext, text: str | None = None) -> Decision:
+        """The controller's decision in a situation (`text`: its JSON, where known)."""
+        key = (kind, text or ctx.to_json())
+        if key not in self.answered:
+            start = time.perf_counter()
+            self.answered[key] = self.calls[kind](ctx)
+            self.latency.append(time.perf_counter() - start)
+        return self.answered[key]
+
+    def decide(self, kind: DecisionKind, row: dict[str, Any]) -> Decision:
+        """The controller's decision on the row's situation."""
+        text = row["meta"]["context"]
+        if (kind, text) in self.answered:
+            return self.answered[(kind, text)]
+        return self.decide_in(kind, DecisionContext.from_json(text), text)
+
+    def reward(self, kind: DecisionKind, row: dict[str, Any], decision: Decision) -> None:
+        """Record the GRPO reward of a review or locate decision (rows without values have none)."""
+        value = decision_reward(kind, decision.value, row, self.weights)
+        if value is not None:
+            self.rewards.setdefault("review" if kind == "review" else "locate", []).append(value)
+
+    def reward_metrics(self) -> dict[str, Any]:
+        """The mean reward of the review and of the locate decisions, and of both."""
+        m: dict[str, Any] = {f"{name}_reward": sum(values) / len(values) for name, values in self.rewards.items()}
+        every = [v for values in self.rewards.values() for v in values]
+        m["mean_reward"] = sum(every) / len(every) if every else None
+        return m
+
+    def timing(self) -> dict[str, Any]:
+        return {
+            "latency_s": sum(self.latency) / len(self.latency) if self.latency else None,
+            "decisions": len(self.latency),
+        }
+
+
 def score_controller(
     spec: str,
     data: Path,
@@ -291,120 +345,103 @@ def score_controller(
 ) -> dict[str, Any]:
     """All metrics of one controller; a metric without rows is None. `weights`: the review class
     weights of the rewards (`review_weights(data)` when not given; pass them to score several)."""
-    from tqdm import tqdm
-
     source = source or []
     weights = review_weights(data) if weights is None else weights
-
-    controller = make_controller(spec, shared_backend)
+    decisions = Decisions(make_controller(spec, shared_backend), weights)
     m: dict[str, Any] = {"controller": spec}
-    latency: list[float] = []
+    m.update(review_metrics(decisions, scored_rows(data, "review_sft", split, max_rows, source), spec))
+    every_locate = split_rows(data, "locate_sft", split, source)
+    m.update(locate_metrics(decisions, every_locate, cap_rows(every_locate, max_rows, stratify=True)))
+    m.update(decisions.reward_metrics())
+    reflect_cap = max_rows if max_reflect_rows < 0 else max_reflect_rows
+    scored = reflect_cap or not max_rows
+    m.update(reflect_metrics(decisions, scored_rows(data, "reflect_sft", split, reflect_cap, source) if scored else []))
+    m.update(pref_metrics(decisions, scored_rows(data, "reflect_pref", split, reflect_cap, source) if scored else []))
+    m.update(decisions.timing())
+    return m
 
-    calls: dict[DecisionKind, Callable[[DecisionContext], Decision]] = {
-        "review": controller.review,
-        "locate_coarse": controller.locate_coarse,
-        "locate_fine": controller.locate_fine,
-        "reflect": controller.reflect,
-    }
 
-    answered: dict[tuple[str, str], Decision] = {}
-    rewards: dict[str, list[float]] = {}
+def review_metrics(decisions: Decisions, review: list[dict[str, Any]], spec: str) -> dict[str, Any]:
+    """The When's figures on the review rows: the binary quality of "recover" with its intervals, the
+    AUROC within a benchmark, and every row's margin."""
+    from tqdm import tqdm
 
-    def reward(kind: DecisionKind, row: dict[str, Any], decision: Decision) -> None:
-        """Record the GRPO reward of a review or locate decision (rows without values have none)."""
-        value = decision_reward(kind, decision.value, row, weights)
-        if value is not None:
-            rewards.setdefault("review" if kind == "review" else "locate", []).append(value)
-
-    def decide_in(kind: DecisionKind, ctx: DecisionContext, text: str | None = None) -> Decision:
-        """The controller's decision in a situation (`text`: its JSON, where known); a situation that
-        several rows share (a reflection and its preference pairs, a restore point's fine row and its
-        end-to-end locate) is decided once."""
-        key = (kind, text or ctx.to_json())
-        if key not in answered:
-            start = time.perf_counter()
-            answered[key] = calls[kind](ctx)
-            latency.append(time.perf_counter() - start)
-        return answered[key]
-
-    def decide(kind: DecisionKind, row: dict[str, Any]) -> Decision:
-        """The controller's decision on the row's situation."""
-        text = row["meta"]["context"]
-        if (kind, text) in answered:
-            return answered[(kind, text)]
-        return decide_in(kind, DecisionContext.from_json(text), text)
-
-    review = scored_rows(data, "review_sft", split, max_rows, source)
     labels, predictions, scores, envs = [], [], [], []
     for row in tqdm(review, desc=f"{spec}: review", file=sys.stderr, mininterval=2.0):
-        decision = decide("review", row)
-        reward("review", row, decision)
+        decision = decisions.decide("review", row)
+        decisions.reward("review", row, decision)
         labels.append(row["meta"]["label"] == "recover")
         predictions.append(decision.value.recover)
         # a ranked controller's log-odds margin orders the rows; a rule's verdict is its only score
         scores.append(float(decision.meta.get("margin", float(decision.value.recover))))
         envs.append(str(row["meta"].get("env", "")))
-    if review:
-        q = binary_quality(labels, predictions, scores)
-        m.update({f"review_{k}": v for k, v in q.to_dict().items()})
-        m.update({f"review_{k}": v for k, v in binary_intervals(labels, predictions, scores).items()})
-        m["review_auroc_within_env"] = auroc_within(labels, scores, envs)
-        m["review_margins"] = scores
+    if not review:
+        return {}
+    q = binary_quality(labels, predictions, scores)
+    m: dict[str, Any] = {f"review_{k}": v for k, v in q.to_dict().items()}
+    m.update({f"review_{k}": v for k, v in binary_intervals(labels, predictions, scores).items()})
+    m["review_auroc_within_env"] = auroc_within(labels, scores, envs)
+    m["review_margins"] = scores
+    return m
 
-    every_locate = split_rows(data, "locate_sft", split, source)
-    locate = cap_rows(every_locate, max_rows, stratify=True)
+
+def locate_metrics(
+    decisions: Decisions, every_locate: list[dict[str, Any]], locate: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The Where's figures: end to end as the runtime serves it (first), then the coarse rows alone, and
+    the fine rows given the gold segment."""
+    m: dict[str, Any] = {}
     coarse = [row for row in locate if row["meta"]["decision"] == "locate_coarse"]
     fine = [row for row in locate if row["meta"]["decision"] == "locate_fine"]
     for row in locate:
-        reward(row["meta"]["decision"], row, decide(row["meta"]["decision"], row))
+        decisions.reward(row["meta"]["decision"], row, decisions.decide(row["meta"]["decision"], row))
     points = restore_points(every_locate, locate)
     if points:  # end to end first: the Where as the runtime serves it
-        m.update(where_quality(points, [locate_as_served(p.ctx, decide_in) for p in points]))
+        m.update(where_quality(points, [locate_as_served(p.ctx, decisions.decide_in) for p in points]))
         m.update(stay_reference(points))
     if coarse:
-        hits = [int(decide("locate_coarse", row).value) == int(row["meta"]["label"]) for row in coarse]
+        hits = [int(decisions.decide("locate_coarse", row).value) == int(row["meta"]["label"]) for row in coarse]
         m.update(coarse_rows=len(coarse), coarse_accuracy=sum(hits) / len(coarse), coarse_accuracy_ci95=mean_ci(hits))
     if fine:  # given the gold segment: each fine row is built inside the labelled segment
         # meta.step is the branch's length at the review: the current checkpoint
         picks = [
-            (int(decide("locate_fine", row).value), int(row["meta"]["label"]), int(row["meta"]["step"])) for row in fine
+            (int(decisions.decide("locate_fine", row).value), int(row["meta"]["label"]), int(row["meta"]["step"]))
+            for row in fine
         ]
         m.update(restore_quality(picks))
-
-    for name, values in rewards.items():
-        m[f"{name}_reward"] = sum(values) / len(values)
-    every = [v for values in rewards.values() for v in values]
-    m["mean_reward"] = sum(every) / len(every) if every else None
-
-    reflect_cap = max_rows if max_reflect_rows < 0 else max_reflect_rows
-    reflect = scored_rows(data, "reflect_sft", split, reflect_cap, source) if reflect_cap or not max_rows else []
-    if reflect:
-        valid = matches = 0
-        for row in reflect:
-            decision = decide("reflect", row)
-            valid += decision.parse_failures == 0 and not decision.meta.get("fallback")
-            target = parse("reflect", row["completion"][0]["content"]).failure
-            got = decision.value.failure
-            matches += bool(target and got and got.action.strip().lower() == target.action.strip().lower())
-        m.update(
-            reflect_rows=len(reflect),
-            reflect_json_valid=valid / len(reflect),
-            reflect_failure_action_match=matches / len(reflect),
-        )
-
-    prefs = scored_rows(data, "reflect_pref", split, reflect_cap, source) if reflect_cap or not max_rows else []
-    if prefs:
-        wins = 0
-        for row in prefs:
-            got = decide("reflect", row).value.failure
-            chosen = _failure_action(row["chosen"][0]["content"])
-            rejected = _failure_action(row["rejected"][0]["content"])
-            action = got.action.strip().lower() if got else ""
-            wins += action == chosen and action != rejected
-        m.update(pref_rows=len(prefs), reflect_pref_win_rate=wins / len(prefs))
-    m["latency_s"] = sum(latency) / len(latency) if latency else None
-    m["decisions"] = len(latency)
     return m
+
+
+def reflect_metrics(decisions: Decisions, reflect: list[dict[str, Any]]) -> dict[str, Any]:
+    """The What's figures on the reflection rows: valid JSON without a fallback, and the fatal action named."""
+    if not reflect:
+        return {}
+    valid = matches = 0
+    for row in reflect:
+        decision = decisions.decide("reflect", row)
+        valid += decision.parse_failures == 0 and not decision.meta.get("fallback")
+        target = parse("reflect", row["completion"][0]["content"]).failure
+        got = decision.value.failure
+        matches += bool(target and got and got.action.strip().lower() == target.action.strip().lower())
+    return {
+        "reflect_rows": len(reflect),
+        "reflect_json_valid": valid / len(reflect),
+        "reflect_failure_action_match": matches / len(reflect),
+    }
+
+
+def pref_metrics(decisions: Decisions, prefs: list[dict[str, Any]]) -> dict[str, Any]:
+    """How often the reflection blames the chosen side's action of a preference pair and not the rejected's."""
+    if not prefs:
+        return {}
+    wins = 0
+    for row in prefs:
+        got = decisions.decide("reflect", row).value.failure
+        chosen = _failure_action(row["chosen"][0]["content"])
+        rejected = _failure_action(row["rejected"][0]["content"])
+        action = got.action.strip().lower() if got else ""
+        wins += action == chosen and action != rejected
+    return {"pref_rows": len(prefs), "reflect_pref_win_rate": wins / len(prefs)}
 
 
 def step_reference(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -147,6 +147,20 @@ def offsets_table(records: list[EpisodeRecord]) -> str:
     return "\n".join(rows)
 
 
+PAIRED_NOTE = (
+    "Exact McNemar test on the episodes both methods ran (same task, variation, seed and budgets): a "
+    'two-sided binomial test on the pairs where exactly one method succeeded. "a only": the first method '
+    f"succeeded and the second failed. `*`: p < {ALPHA}, not corrected for the number of pairs."
+)
+ROOM_NOTE = (
+    "`oracle-agent` recovers where continuations of this very agent say a recovery (its lesson kept) "
+    "beats going on, to the best checkpoint: what a perfect When and Where could do for this agent. The "
+    "room is its success minus the heuristic's on the same episodes; `oracle` values by the expert's plan "
+    f"instead. `*`: p < {ALPHA}."
+)
+OFFSETS_NOTE = "Relative to the first injected error of the abandoned branch (known for the error-injected expert)."
+
+
 def write_report(
     records: list[EpisodeRecord],
     config: dict[str, Any],
@@ -168,45 +182,22 @@ def write_report(
         table(summary),
         "",
     ]
-    pairs = paired_table(summary)
-    if pairs:
-        lines += [
-            "## Paired differences",
-            "",
-            "Exact McNemar test on the episodes both methods ran (same task, variation, seed and budgets): a "
-            'two-sided binomial test on the pairs where exactly one method succeeded. "a only": the first method '
-            f"succeeded and the second failed. `*`: p < {ALPHA}, not corrected for the number of pairs.",
-            "",
-            pairs,
-            "",
-        ]
-    rooms = room_table(summary)
-    if rooms:
-        lines += [
-            "## Room for a better controller",
-            "",
-            "`oracle-agent` recovers where continuations of this very agent say a recovery (its lesson kept) "
-            "beats going on, to the best checkpoint: what a perfect When and Where could do for this agent. The "
-            "room is its success minus the heuristic's on the same episodes; `oracle` values by the expert's plan "
-            f"instead. `*`: p < {ALPHA}.",
-            "",
-            rooms,
-            "",
-        ]
-    offsets = offsets_table(records)
-    if offsets:
-        lines += [
-            "## Where restores landed",
-            "",
-            "Relative to the first injected error of the abandoned branch (known for the error-injected expert).",
-            "",
-            offsets,
-            "",
-        ]
-    plots = [name for name in PLOTS if (out / name).exists()]
-    if "success_vs_budget.png" in plots and not (all_records and len(all_records) > len(records)):
-        plots.remove("success_vs_budget.png")  # a sweep's plot left by an earlier run of the folder
-    if plots:
-        lines += ["## Plots", "", *(f"![{PLOTS[name]}]({name})" for name in plots)]
+    lines += section("Paired differences", PAIRED_NOTE, paired_table(summary))
+    lines += section("Room for a better controller", ROOM_NOTE, room_table(summary))
+    lines += section("Where restores landed", OFFSETS_NOTE, offsets_table(records))
+    lines += plot_lines(out, swept=bool(all_records and len(all_records) > len(records)))
     (out / "report.md").write_text("\n".join(lines) + "\n")
     return summary
+
+
+def section(title: str, note: str, body: str) -> list[str]:
+    """A report section's lines: its title, what it shows, its table; none where the table is empty."""
+    return [f"## {title}", "", note, "", body, ""] if body else []
+
+
+def plot_lines(out: Path, swept: bool) -> list[str]:
+    """The plots written next to the report; the budget plot only where this run `swept` budgets."""
+    plots = [name for name in PLOTS if (out / name).exists()]
+    if "success_vs_budget.png" in plots and not swept:
+        plots.remove("success_vs_budget.png")  # a sweep's plot left by an earlier run of the folder
+    return ["## Plots", "", *(f"![{PLOTS[name]}]({name})" for name in plots)] if plots else []

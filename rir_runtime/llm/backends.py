@@ -198,21 +198,8 @@ class TransformersBackend:
 
         head = self._encode(prompt)
         eos = self.tokenizer.eos_token_id
-        trie: dict[int, dict] = {}
-        index: dict[tuple[int, ...], int] = {}
-        least: dict[tuple[int, ...], float] = {}  # token path -> smallest penalty of the choices through it
-        for i, ids in enumerate(self.tokenizer(choices, add_special_tokens=False)["input_ids"]):
-            if tuple(ids) in index or not ids:
-                continue
-            index[tuple(ids)] = i
-            node = trie
-            path = [*ids, eos]
-            for k, token in enumerate(path):
-                node = node.setdefault(token, {})
-                key = tuple(path[: k + 1])
-                least[key] = min(least.get(key, math.inf), float(penalties[i]) if penalties else 0.0)
-        if not index:
-            raise RIRError("constrained decoding needs at least one non-empty choice")
+        spellings = self.tokenizer(choices, add_special_tokens=False)["input_ids"]
+        trie, index, least = choice_trie(spellings, eos, penalties)
 
         def allowed(_batch: int, ids: Any) -> list[int]:
             node = trie
@@ -319,6 +306,30 @@ class TransformersBackend:
             for r, t in enumerate(chunk):
                 scores.append(float(token_lp[r, -len(t) :].sum()))
         return scores
+
+
+def choice_trie(
+    spellings: list[list[int]], eos: int, penalties: Sequence[float] | None = None
+) -> tuple[dict[int, dict], dict[tuple[int, ...], int], dict[tuple[int, ...], float]]:
+    """The token trie of constrained decoding over the choices' token ids, each path closed by `eos`:
+    (the trie, {token ids: the first choice spelled so}, {token path: the smallest penalty of the
+    choices through it}). An empty spelling, or one an earlier choice has, adds nothing."""
+    trie: dict[int, dict] = {}
+    index: dict[tuple[int, ...], int] = {}
+    least: dict[tuple[int, ...], float] = {}
+    for i, ids in enumerate(spellings):
+        if tuple(ids) in index or not ids:
+            continue
+        index[tuple(ids)] = i
+        node = trie
+        path = [*ids, eos]
+        for k, token in enumerate(path):
+            node = node.setdefault(token, {})
+            key = tuple(path[: k + 1])
+            least[key] = min(least.get(key, math.inf), float(penalties[i]) if penalties else 0.0)
+    if not index:
+        raise RIRError("constrained decoding needs at least one non-empty choice")
+    return trie, index, least
 
 
 def load_transformers_backend(
