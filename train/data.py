@@ -20,7 +20,8 @@ logger = logging.getLogger(__name__)
 COLUMNS = {"sft": ("prompt", "completion"), "pref": ("prompt", "chosen", "rejected")}
 
 
-def _load_dict(folder: Path) -> Any:
+def load_dataset_dict(folder: Path) -> Any:
+    """The `DatasetDict` of a dataset folder of `rir build-data`, held in memory, or a clear error."""
     from datasets import Dataset, DatasetDict, load_from_disk
 
     try:
@@ -38,7 +39,7 @@ def _load_dict(folder: Path) -> Any:
     return dd
 
 
-def _check_rows(name: str, folder: Path, ds: Any, kind: str) -> None:
+def check_rows(name: str, folder: Path, ds: Any, kind: str) -> None:
     """Column and message-format checks on the first row (the builder writes all rows alike)."""
     have = set(ds.column_names)
     missing = [c for c in COLUMNS[kind] if c not in have]
@@ -110,7 +111,7 @@ def load_datasets(
     parts: dict[str, list[Any]] = {s: [] for s in splits}
     fingerprints: dict[str, str] = {}
     for name, folder in folders.items():
-        dd = _load_dict(folder)
+        dd = load_dataset_dict(folder)
         for split in splits:
             if split not in dd:
                 fix = ' or set eval_strategy: "no"' if split == script_args.eval_split else ""
@@ -119,7 +120,7 @@ def load_datasets(
                     f"rebuild it with `rir build-data`{fix}"
                 )
             ds = dd[split]
-            _check_rows(name, folder, ds, kind)
+            check_rows(name, folder, ds, kind)
             fingerprints[f"{name}/{split}"] = ds._fingerprint
             balance = (script_args.balance_review and name.startswith("review_")) or (
                 script_args.balance_locate and name.startswith("locate_")

@@ -69,21 +69,21 @@ def load_grpo_datasets(
     weights come from the whole training split, before the cap."""
     from datasets import concatenate_datasets
 
-    from train.data import _check_rows, _load_dict, dataset_folders, decision_types_of
+    from train.data import check_rows, dataset_folders, decision_types_of, load_dataset_dict
 
     folders = dataset_folders(script_args.data, "sft", script_args.decision_types)
     splits = [script_args.train_split] + ([script_args.eval_split] if need_eval else [])
     raw: dict[str, list[Any]] = {s: [] for s in splits}
     fingerprints: dict[str, str] = {}
     for name, folder in folders.items():
-        dd = _load_dict(folder)
+        dd = load_dataset_dict(folder)
         for split in splits:
             if split not in dd:
                 raise UserInputError(
                     f"dataset {folder} has no '{split}' split (it has: {', '.join(dd) or 'none'}); "
                     'rebuild it with `rir build-data`, or set eval_strategy: "no"'
                 )
-            _check_rows(name, folder, dd[split], "sft")
+            check_rows(name, folder, dd[split], "sft")
             _check_meta(folder, dd[split])
             fingerprints[f"{name}/{split}"] = dd[split]._fingerprint
             raw[split].append(dd[split])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rir_runtime.llm.card import BaseModelRef, describe_base
+from rir_runtime.llm.card import CARD, BaseModelRef, describe_base
 from train.args import AGENT
 
 README = "README.md"
@@ -63,7 +63,7 @@ def adapter_readme(card: dict[str, Any], title: str, datasets: Sequence[str] = (
         "",
         f"- Base model: {where} `{ref.name}`" + (f" (a dequantized GGUF copy of `{upstream}`)" if upstream else ""),
         f"- Prompt format version {card['prompt_format_version']}: the adapter expects prompts rendered by an "
-        "rir runtime of that version; rir checks `rir_controller.json` before serving it.",
+        f"rir runtime of that version; rir checks `{CARD}` before serving it.",
         f"- Use: `rir eval ... {use}`",
         f"- Training data: {', '.join(f'`{d}`' for d in data) or 'not recorded'}",
         f"- Trained with: {', '.join(f'{k} {v}' for k, v in card.get('trained_with', {}).items())}",

@@ -73,10 +73,10 @@ def tokenized(dataset: Any, tokenizer: Any, max_length: int | None) -> Any:
 
 def load_pairs(script_args: TrainScriptArguments, tokenizer: Any, max_length: int | None, seed: int) -> tuple[Any, ...]:
     """(train, eval, fingerprints): the value pairs, shuffled, capped, tokenised."""
-    from train.data import _load_dict
+    from train.data import load_dataset_dict
 
     folder = value_folder(script_args.data)
-    splits = _load_dict(folder)
+    splits = load_dataset_dict(folder)
     for split in (script_args.train_split, script_args.eval_split):
         if split not in splits:
             raise UserInputError(f"{folder} has no '{split}' split (it has {list(splits)}): rebuild it")
