@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.build_config import BuildConfig
+from data_gen.build_record import write_build_record
 from data_gen.hindsight import LABEL_VERSION
 from data_gen.labelling import label_episodes
 from data_gen.rows import point_meta, rows_for, token_counter
@@ -168,7 +169,7 @@ def build(cfg: BuildConfig) -> dict[str, dict[str, int]]:
         "validation_variations": sorted(held_out - calibration),
         "calibration_variations": sorted(calibration),
     }
-    (out / "build.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_build_record(out, summary)
     for name, c in counts.items():
         calibrating = f"  calibration {c['calibration']:>5}" if "calibration" in c else ""
         print(f"{name:<13} train {c['train']:>5}  validation {c['validation']:>5}{calibrating}", file=sys.stderr)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from data_gen.build_record import BUILD_RECORD, read_build_record
 from data_gen.scoring.answers import answer_class, share_cap, spaced
 from data_gen.scoring.metrics import Interval, auroc, auroc_ci, auroc_within, binary_intervals, binary_quality, mean_ci
 from data_gen.scoring.rewards import decision_reward, review_weights
@@ -35,6 +36,8 @@ from rir_runtime.llm.shared import shared_backend
 from rir_runtime.orchestration.jobs import check_controller_name
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.values import complete_values
+
+CONTROLLER_EVAL = "controller_eval.json"  # the results, the reference bars and the config (docs/contracts.md)
 
 
 @dataclass
@@ -231,8 +234,7 @@ def tuned_adapters(spec: str) -> list[str]:
 
 def built_versions(data: Path) -> dict[str, Any]:
     """The label and prompt format versions the data's `build.json` records (absent: built before they were)."""
-    path = data / "build.json"
-    build = json.loads(path.read_text()) if path.is_file() else {}
+    build = read_build_record(data, or_parent=False)
     return {key: build.get(key) for key, _, _ in VERSIONS}
 
 
@@ -244,7 +246,7 @@ def check_versions(data: Path, specs: list[str]) -> None:
 
     adapters = list(dict.fromkeys(a for spec in specs for a in tuned_adapters(spec)))
     built = built_versions(data)
-    unknown = [f"{data}/build.json"] if adapters and None in built.values() else []
+    unknown = [f"{data}/{BUILD_RECORD}"] if adapters and None in built.values() else []
     for adapter in adapters:
         card = read_card(adapter)
         trained = {key: card.get(card_key) for key, card_key, _ in VERSIONS}
@@ -630,6 +632,6 @@ def evaluate_controllers(cfg: ControllerEvalConfig) -> list[dict[str, Any]]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     record = {"results": results, "reference": reference, "config": asdict(cfg)}
-    (out / "controller_eval.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out / CONTROLLER_EVAL).write_text(json.dumps(record, indent=2) + "\n")
     (out / "controller_eval.md").write_text(markdown(results, cfg.split, cfg.source, reference))
     return results

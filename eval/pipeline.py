@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from data_gen.build_config import LABEL_VALUES
 from data_gen.hindsight import REVIEW_TIES
+from eval.controller_eval import CONTROLLER_EVAL
 from eval.paired import combine, find_comparison
+from eval.summary import SUMMARY
 from rir_runtime.orchestration.launch import LAUNCHERS, last_complete_checkpoint, run_training, train_command
 from rir_runtime.orchestration.stages import Stages, yaml_settings
 from rir_runtime.policy_spec import NOISY_EXPERT, PolicySpec
@@ -404,12 +406,12 @@ def headline(specs: list[str], evals: list[dict[str, Any]]) -> list[str]:
 def offline_verdict(ce_dir: Path, specs: list[str]) -> list[str]:
     """Does the tuned adapter beat its base model offline (review F1, restore point exact)? Said plainly,
     once per row group."""
-    folders = sorted(p.parent for p in ce_dir.glob("**/controller_eval.json"))
+    folders = sorted(p.parent for p in ce_dir.glob(f"**/{CONTROLLER_EVAL}"))
     return [line for d in folders for line in _verdict(d, specs, f" ({d.name} rows)" if d != ce_dir else "")]
 
 
 def _verdict(ce_dir: Path, specs: list[str], rows: str) -> list[str]:
-    results = {r["controller"]: r for r in _load(ce_dir / "controller_eval.json").get("results", [])}
+    results = {r["controller"]: r for r in _load(ce_dir / CONTROLLER_EVAL).get("results", [])}
     tuned = next((results[s] for s in specs if s.startswith("tuned:") and s in results), None)
     base = next((results[s] for s in specs if s.startswith("prompted:") and s in results), None)
     if not tuned or not base:
@@ -452,7 +454,7 @@ def final_report(
 ) -> str:
     from eval.report import table
 
-    evals = [_load(d / "summary.json") for d in eval_dirs]
+    evals = [_load(d / SUMMARY) for d in eval_dirs]
     lines = (
         ["# RIR pipeline report", ""]
         + headline(specs, evals)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.paired import ALPHA, PairedComparison, find_comparison
-from eval.summary import restore_offsets, summarize
+from eval.summary import SUMMARY, restore_offsets, summarize
 from rir_runtime.trace import EpisodeRecord
 
 # The plots `eval.plots` draws, by file; the report shows those that were drawn (a failed one is skipped).
@@ -170,7 +170,7 @@ def write_report(
 ) -> dict[str, Any]:
     """Write summary.json and report.md into `out`; returns the summary."""
     summary = summarize(records, config)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
     envs = sorted({r.env for r in records})
     lines = [
         f"# {title}",

@@ -17,6 +17,8 @@ from typing import Any
 from eval.paired import pairwise
 from rir_runtime.trace import EpisodeRecord, RestoreEvent
 
+SUMMARY = "summary.json"  # the file `rir eval` writes the summary into (`eval/report.py`)
+
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """95% Wilson score interval for a binomial proportion (sane at 0 and n, unlike Wald)."""

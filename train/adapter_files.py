@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from data_gen.build_record import read_build_record
 from rir_runtime.llm.card import CARD, write_card
 from train.args import AGENT
 from train.model_card import README, adapter_readme
@@ -56,21 +57,11 @@ def write_resolved_config(output_dir: str, script_args: Any, training_args: Any,
     (Path(output_dir) / RESOLVED_CONFIG).write_text(json.dumps(resolved, indent=2, default=str) + "\n")
 
 
-def data_build(data: str) -> dict[str, Any]:
-    """The `build.json` of the training data (`data` is the build-data folder or one dataset in it),
-    or {} (a Hub dataset, or one built elsewhere)."""
-    for folder in (Path(data), Path(data).parent):
-        path = folder / "build.json"
-        if path.is_file():
-            return dict(json.loads(path.read_text()))
-    return {}
-
-
 def data_prompt_budget(data: str) -> int | None:
     """The prompt token budget `rir build-data` fitted the training rows to (its `build.json`), or
     None. The card records it so that a `tuned:` controller renders its decisions within the same
     budget it was trained on, not the runtime's longer default."""
-    budget = data_build(data).get("config", {}).get("max_prompt_tokens")
+    budget = read_build_record(data).get("config", {}).get("max_prompt_tokens")
     return int(budget) if budget else None
 
 
@@ -78,7 +69,7 @@ def data_versions(data: str) -> dict[str, int]:
     """The label and controller prompt format versions of the training data (its `build.json`), as
     card fields: `rir eval-controller` refuses to score the adapter on data of other versions. Data
     built before `build.json` recorded them gives none."""
-    build = data_build(data)
+    build = read_build_record(data)
     versions = {"data_label_version": build.get("label_version")}
     versions["data_prompt_format_version"] = build.get("prompt_format_version")
     return {key: int(value) for key, value in versions.items() if value is not None}

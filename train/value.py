@@ -24,10 +24,10 @@ the adapter serves as `--controller value:<dir>`.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
+from data_gen.build_record import read_build_record
 from rir_runtime.errors import UserInputError
 from train.args import TrainScriptArguments
 
@@ -165,12 +165,11 @@ def scalar_head_model(path: str, tokenizer: Any, model_args: Any) -> Any:
 
 def label_values(data: str) -> dict[str, Any]:
     """Whose values ranked the options (the build's label_value, per rollout folder where it differs)."""
-    for folder in (Path(data), Path(data).parent):
-        path = folder / "build.json"
-        if path.is_file():
-            config = json.loads(path.read_text()).get("config", {})
-            return {"label_value": config.get("label_value"), "run_label_values": config.get("run_label_values", [])}
-    return {}
+    build = read_build_record(data)
+    if not build:
+        return {}
+    config = build.get("config", {})
+    return {"label_value": config.get("label_value"), "run_label_values": config.get("run_label_values", [])}
 
 
 def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str | None = None):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.paired import pairing_key
+from eval.summary import SUMMARY
 from eval.view.data import INDEX_COLUMNS, episode_view, groups, index_row
 from eval.view.page import json_script, page, report_section
 from rir_runtime.errors import UserInputError
@@ -86,7 +87,7 @@ def render_run(run: Path, episode: str | None = None, out: Path | None = None) -
 
 def _summary(run: Path) -> dict[str, Any] | None:
     """summary.json of `rir eval`, if the folder has one (a rollout folder has none)."""
-    path = run / "summary.json"
+    path = run / SUMMARY
     if not path.exists():
         return None
     try:
