@@ -40,6 +40,8 @@ from rir_runtime.trace import READABLE_SCHEMAS, EpisodeRecord, read_records
 SFT = ("review_sft", "locate_sft", "reflect_sft")
 PREF = ("review_pref", "locate_pref", "reflect_pref")
 DATASETS = (*SFT, *PREF, VALUE_DATASET)
+# The columns of each format, in TRL's conversational form; every row also keeps its `meta` (docs/contracts.md).
+COLUMNS = {"sft": ("prompt", "completion"), "pref": ("prompt", "chosen", "rejected")}
 
 
 # --- loading runs ---------------------------------------------------------------------------------------

@@ -11,13 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from data_gen.build import COLUMNS
 from data_gen.scoring.answers import answer_class
 from rir_runtime.errors import UserInputError
 from train.args import AGENT, DECISION_TYPES, TrainScriptArguments
 
 logger = logging.getLogger(__name__)
-
-COLUMNS = {"sft": ("prompt", "completion"), "pref": ("prompt", "chosen", "rejected")}
 
 
 def load_dataset_dict(folder: Path) -> Any:
