@@ -21,7 +21,10 @@ from rir_runtime.prompts import PROMPT_FORMAT_VERSION, DecisionContext, render_d
 
 REPO = Path(__file__).resolve().parents[1]
 # GRPO configs take other keys (num_generations, ...): tests/test_grpo.py trains each of them
-TRAIN_CONFIGS = sorted(c for c in (REPO / "configs" / "train").glob("*.yaml") if not c.name.startswith("grpo_"))
+# GRPO and value configs train other models (tests/test_grpo.py, tests/test_value_controller.py)
+TRAIN_CONFIGS = sorted(
+    c for c in (REPO / "configs" / "train").glob("*.yaml") if not c.name.startswith(("grpo_", "value_"))
+)
 FAST = [
     "--model",
     "tiny-random-llama",

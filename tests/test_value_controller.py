@@ -185,3 +185,21 @@ def test_rir_train_value_writes_an_adapter_that_serves_as_a_controller(value_dat
     reviews = [e for e in record.events if e.type == "review"]
     # one batched pass per review (its Where reuses it), one per Where after a failed ending
     assert record.controller == f"value:{out}" and reviews and record.controller_calls == len(reviews)
+
+
+VALUE_CONFIGS = sorted((Path(__file__).parent.parent / "configs" / "train").glob("value_*.yaml"))
+
+
+@pytest.mark.parametrize("config", VALUE_CONFIGS, ids=[c.stem for c in VALUE_CONFIGS])
+def test_shipped_value_config_builds_and_trains_one_step(config: Path, value_data: Path, tmp_path: Path) -> None:
+    """GPU configs too, on the tiny model on CPU: a typo or an incompatible option fails here."""
+    from tests.test_train import FAST
+    from train import value
+    from train.args import parse_train_args
+
+    argv = ["--config", str(config), *FAST, "--data", str(value_data), "--output_dir", str(tmp_path / "out"),
+            "--max_steps", "1", "--eval_strategy", "no", "--per_device_train_batch_size", "2",
+            "--gradient_accumulation_steps", "1", "--max_train_samples", "4"]  # fmt: skip
+    trainer, card = value.build_trainer(*parse_train_args(value.make_parser(), argv))
+    trainer.train()
+    assert trainer.state.global_step == 1 and card["stage"] == "value" and card["kind"] == "value"

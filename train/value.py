@@ -9,7 +9,7 @@ rir train value --config configs/train/value_controller_cpu.yaml --data runs/dec
 # One GPU / many GPUs
 ```bash
 rir train value --launcher accelerate --accelerate-config configs/accelerate/multi_gpu.yaml \
-    --config configs/train/value_controller_cpu.yaml --data data/controller
+    --config configs/train/value_qwen2.5-0.5b.yaml --data data/controller
 ```
 
 A row is a decision's trajectory prompt with two of its options, the one of higher hindsight value
