@@ -69,7 +69,10 @@ COMMANDS: dict[str, Command] = {
         "data_gen.commands.build_data",
         "label rollouts in hindsight and build TRL datasets (review/locate/reflect, SFT and preference)",
     ),
-    "train": Command("train.commands.train", "train a controller LoRA adapter (TRL SFT or DPO, PEFT)"),
+    "train": Command(
+        "train.commands.train",
+        "train a controller LoRA adapter (TRL SFT, DPO, GRPO, or the value model) or the agent (PEFT)",
+    ),
     "mistakes": Command(
         "eval.commands.mistakes",
         "categorise an eval run's failures by their first fatal step (in "
