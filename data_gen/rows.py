@@ -10,15 +10,18 @@ keep each candidate's retry success in `meta.retry_success`. Prompts come from
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from data_gen.hindsight import context_for
 from data_gen.points import DecisionPoint
 from rir_runtime.controllers import failure_signal
 from rir_runtime.decisions import DecisionKind, Reflection, Review, ReviewDecision, dump, parse
+from rir_runtime.orchestration.jobs import EpisodeJob
 from rir_runtime.prompts import DecisionContext, Messages, approx_tokens
 
 Fit = Callable[[DecisionKind, DecisionContext], Messages]  # renders a decision prompt within the token bound
@@ -137,7 +140,8 @@ def reflect_rows(point: DecisionPoint, label: dict[str, Any], fit: Fit, meta: di
 
 
 def point_meta(point: DecisionPoint) -> dict[str, Any]:
-    """What every row of a decision point says of where it comes from."""
+    """What every row of a decision point says of where it comes from: the episode, and the job and
+    review index that run it to this decision again (online GRPO branches from there)."""
     ep = point.record
     return {
         "env": ep.env,
@@ -148,7 +152,16 @@ def point_meta(point: DecisionPoint) -> dict[str, Any]:
         "step": len(point.history),
         "source_run": point.source_run,
         "decision": "review",
+        "job": EpisodeJob.of_record(ep, run_config(point.source_run)).to_json(),
+        "review_index": point.review.index,
     }
+
+
+@functools.cache
+def run_config(source_run: str) -> dict[str, Any]:
+    """The selection a rollout folder was run with (its run.json), empty where there is none."""
+    path = Path(source_run) / "run.json"
+    return dict(json.loads(path.read_text()).get("config", {})) if source_run and path.is_file() else {}
 
 
 def rows_for(point: DecisionPoint, label: dict[str, Any], fit: Fit) -> dict[str, list[dict[str, Any]]]:

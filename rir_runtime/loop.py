@@ -94,6 +94,25 @@ class Episode:
     def log(self, event: Event) -> None:
         self.events.append(event)
 
+    def fork(self) -> Episode:
+        """A copy a branch can change without touching this one (snapshots are shared: restoring one
+        does not change it)."""
+        return replace(self, memory=copy.deepcopy(self.memory), store=self.store.fork(), events=list(self.events))
+
+
+@dataclass
+class Run:
+    """One running episode with its schedule and hindsight probes: what the loop carries from step to step."""
+
+    ep: Episode
+    schedule: ReviewSchedule
+    probe: ValueProbe
+    agent: AgentProbe
+    start: float
+
+    def fork(self) -> Run:
+        return replace(self, ep=self.ep.fork(), schedule=replace(self.schedule))
+
 
 class EpisodeRunner:
     """Runs episodes of one method (preset) with one policy and controller on one environment."""
@@ -115,6 +134,10 @@ class EpisodeRunner:
 
     # --- the loop -------------------------------------------------------------------------------
     def run(self, task: TaskSpec) -> EpisodeRecord:
+        return self._play(self._begin(task))
+
+    def _begin(self, task: TaskSpec) -> Run:
+        """Reset the environment and set up the episode: memory, the first checkpoint, budgets, probes."""
         start = time.perf_counter()
         obs = self.env.reset(task)
         memory = ReflectionMemory(
@@ -137,7 +160,11 @@ class EpisodeRunner:
             ep.expert_steps = len(self.env.expert_actions()) if self.env.has_expert else None
         ep.agent_budget = self.budgets.agent_calls(ep.expert_steps)
         ep.log(ResetEvent(ep.t, observation=obs.text, objective=obs.objective, max_score=ep.max_score))
+        return Run(ep, schedule, probe, agent, start)
 
+    def _play(self, run: Run) -> EpisodeRecord:
+        """The loop, from wherever the episode stands to its end; then its record."""
+        ep, schedule = run.ep, run.schedule
         while True:
             if ep.done:
                 if ep.won or not self._recover_allowed(ep) or not self._review(ep, schedule, "terminal"):
@@ -154,8 +181,7 @@ class EpisodeRunner:
                 if self._review(ep, schedule, "schedule"):
                     continue
             self._agent_turn(ep, schedule)
-
-        return self._record(ep, probe.env_steps + agent.env_steps, time.perf_counter() - start)
+        return self._record(ep, run.probe.env_steps + run.agent.env_steps, time.perf_counter() - run.start)
 
     def _agent_turn(self, ep: Episode, schedule: ReviewSchedule) -> None:
         ctx = AgentContext(
@@ -311,14 +337,10 @@ class EpisodeRunner:
         continue, so "continue" there only gives up while budget remains. The runtime recovers and
         asks Where and What alone, for every controller, and spends no model call on the When."""
         ctx = self._context(ep, trigger)
-        if trigger == "terminal":
-            signal = failure_signal(ctx)
-            verdict, raw, margin = Review("recover", signal.text if signal else ENDED_WITHOUT_WIN), "", None
-        else:
-            decision = self._decide(ep, self.controller.review, ctx)
-            if decision is None:
-                return False
-            verdict, raw, margin = decision.value, decision.raw, decision.meta.get("margin")
+        when = self._when(ep, ctx)
+        if when is None:
+            return False
+        verdict, raw, margin = when
         ep.log(
             ReviewEvent(
                 ep.t,
@@ -336,6 +358,16 @@ class EpisodeRunner:
         schedule.on_verdict(ep.t, verdict.recover)
         return recovered
 
+    def _when(self, ep: Episode, ctx: DecisionContext) -> tuple[Review, str, float | None] | None:
+        """(the verdict, the raw reply, a ranked review's margin), or None when no call was left for it."""
+        if ctx.trigger == "terminal":
+            signal = failure_signal(ctx)
+            return Review("recover", signal.text if signal else ENDED_WITHOUT_WIN), "", None
+        decision = self._decide(ep, self.controller.review, ctx)
+        if decision is None:
+            return None
+        return decision.value, decision.raw, decision.meta.get("margin")
+
     def _where(self, ep: Episode, target: int | None) -> int | None:
         admissible = ep.store.admissible()
         if ep.done:  # a finished state (final response) is no place to resume from
@@ -352,14 +384,15 @@ class EpisodeRunner:
             return target
         return self._localise(ep, admissible)
 
-    def _localise(self, ep: Episode, admissible: list[int]) -> int | None:
+    def _localise(self, ep: Episode, admissible: list[int], segment: tuple[int, int] | None = None) -> int | None:
+        """Coarse then fine (the preset may skip one); `segment`: the coarse answer, already given."""
         segs = segments(ep.history, max(admissible))
         mode = self.preset.localisation
         if mode == "fine":
             segs = ((0, max(admissible) + 1),)
         ctx = replace(self._context(ep, "locate", segments=segs), admissible=tuple(admissible))
-        seg_index = 0
-        if len(segs) > 1:
+        seg_index = segs.index(segment) if segment in segs else 0
+        if len(segs) > 1 and segment not in segs:
             coarse = self._decide(ep, self.controller.locate_coarse, ctx)
             if coarse is None:
                 return None

@@ -74,6 +74,26 @@ class GRPOScriptArguments(TrainScriptArguments):
             "from the probabilities the ranking controller compares (false: the whole JSON is generated)"
         },
     )
+    reward: str = field(
+        default="table",
+        metadata={
+            "help": "table: each row's hindsight value table (no environment runs); online: each sampled decision "
+            "played out from its decision point's restored state, the reward what it did less the costs below",
+            "choices": ["table", "online"],
+        },
+    )
+    rollback_cost: float = field(
+        default=0.05, metadata={"help": "online reward: cost of each rollback after the decision"}
+    )
+    call_cost: float = field(
+        default=0.0, metadata={"help": "online reward: cost of each controller model call after the decision"}
+    )
+    reward_workers: int = field(
+        default=1, metadata={"help": "online reward: processes (or Ray actors) that play the decisions out"}
+    )
+    reward_executor: str = field(
+        default="local", metadata={"help": "online reward: where decisions play out", "choices": ["local", "ray"]}
+    )
     lateness_penalty: float = field(
         default=DEFAULT_LATENESS,
         metadata={
@@ -136,8 +156,34 @@ class NoSignalWarning(TrainerCallback):
 
 
 def reward_functions(script_args: GRPOScriptArguments) -> list[Any]:
-    """Module-level functions (a partial unwraps to its function's name in TRL's logs), so they pickle."""
+    """Module-level functions (a partial unwraps to its function's name in TRL's logs), so they pickle;
+    online, one `OnlineReward` that plays every decision out."""
+    if script_args.reward == "online":
+        from train.online_rewards import OnlineReward
+
+        return [
+            OnlineReward(
+                script_args.rollback_cost,
+                script_args.call_cost,
+                script_args.reward_workers,
+                script_args.reward_executor,
+            )
+        ]
     return [review_reward, functools.partial(locate_reward, lateness=script_args.lateness_penalty)]
+
+
+def online_logs(rewards: list[Any]) -> list[Any]:
+    """The callback that logs an online reward's restores and seconds (none for table rewards)."""
+    from train.online_rewards import OnlineReward, OnlineRewardLog
+
+    return [OnlineRewardLog(r) for r in rewards if isinstance(r, OnlineReward)]
+
+
+def reward_settings(script_args: GRPOScriptArguments) -> dict[str, Any]:
+    """What the card says of the rewards the adapter was trained on."""
+    if script_args.reward == "online":
+        return {"reward": "online", "rollback_cost": script_args.rollback_cost, "call_cost": script_args.call_cost}
+    return {"reward": "table", "locate_lateness_penalty": script_args.lateness_penalty}
 
 
 def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
@@ -164,15 +210,16 @@ def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
     # with beta > 0 and an SFT adapter, TRL copies it into a frozen "ref" adapter (the KL reference)
     model, peft_config = trainable_model(base_name, base_path, sft_adapter, model_args, training_args)
 
+    rewards = reward_functions(script_args)
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=reward_functions(script_args),
+        reward_funcs=rewards,
         args=training_args,
         train_dataset=train_ds,
         eval_dataset=eval_ds,
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=[NoSignalWarning()],
+        callbacks=[NoSignalWarning(), *online_logs(rewards)],
     )
     card = dict(
         base_model=base_name,
@@ -183,7 +230,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
         extra={
             "sft_adapter": sft_adapter,
             "values": value_summary(train_ds),
-            "rewards": {"locate_lateness_penalty": script_args.lateness_penalty},
+            "rewards": reward_settings(script_args),
             "prefill_answer": script_args.prefill_answer,
         },
     )

@@ -11,6 +11,8 @@ and the columns the rewards read (`data_gen/scoring/rewards.py`: `view_row`), ta
 | `values_implied` | whether some of them were implied rather than measured |
 | `v_now`, `best_value` | V at the decision, and the best V a restore reaches |
 | `choices` | JSON {answer: [checkpoints it restores to]} of the answers the prompt offers |
+| `segments` | JSON [[start, end), ...]: the coarse segments the prompt offers (locate_coarse) |
+| `job`, `review_index` | the decision point: the episode's job (JSON) and which of its reviews (online rewards) |
 | `opening` | the answer's fixed JSON opening when the prompt is prefilled with it (`prefill_answers`), else "" |
 
 Prefilled prompts (`prefill_answer`, the default) are the rendered chat text followed by the

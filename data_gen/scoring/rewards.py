@@ -194,7 +194,11 @@ def view_row(row: dict[str, Any], weights: Mapping[str, float]) -> dict[str, Any
         "v_now": float(meta["v_now"]),
         "best_value": max(admissible_values, default=float(meta["v_now"])),
         "choices": json.dumps({str(k): v for k, v in offered_choices(kind, ctx).items()}),
+        "segments": json.dumps(ctx.get("segments") or []),
         "opening": "",
+        # the decision point, for rewards that play the decision out (empty in data built before them)
+        "job": str(meta.get("job") or ""),
+        "review_index": int(meta["review_index"]) if meta.get("review_index") is not None else -1,
     }
 
 

@@ -58,6 +58,13 @@ class CheckpointStore:
     def __len__(self) -> int:
         return len(self._checkpoints)
 
+    def fork(self) -> CheckpointStore:
+        """A copy whose branch can grow and be cut apart from this one's (the checkpoints are shared)."""
+        twin = CheckpointStore()
+        twin._checkpoints, twin._not_admissible = list(self._checkpoints), dict(self._not_admissible)
+        twin._barrier, twin.divergences, twin.restores = self._barrier, self.divergences, self.restores
+        return twin
+
     def __getitem__(self, index: int) -> Checkpoint:
         return self._checkpoints[index]
 

@@ -7,13 +7,15 @@ killed run loses at most the episodes in flight (a partial last line is cut befo
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rir_runtime.budgets import AgentBudget
 from rir_runtime.envs import ENV_CLASSES, Env, TaskSpec, make_env, parse_variations, resolve_tasks
@@ -24,6 +26,10 @@ from rir_runtime.policies import MODES
 from rir_runtime.policy_spec import NOISY_EXPERT, PolicySpec, spellings
 from rir_runtime.recovery import METHODS, PRESETS
 from rir_runtime.trace import EpisodeRecord, append_record, drop_partial_tail, read_records
+
+if TYPE_CHECKING:
+    from rir_runtime.branching import Forced, Outcome
+    from rir_runtime.loop import EpisodeRunner
 
 
 @dataclass
@@ -154,6 +160,40 @@ class EpisodeJob:
     budget_controller: int | None = None  # B_ctrl; None: unbounded
     charge_controller: bool = False  # the controller's model calls count against B_agent
 
+    def to_json(self) -> str:
+        """The job as one JSON object: what a decision point needs to run its episode again."""
+        data = asdict(self)
+        data["task"] = [self.task.env, self.task.task, self.task.split, self.task.variation]
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> EpisodeJob:
+        data = json.loads(text)
+        env, task, split, variation = data.pop("task")
+        return cls(TaskSpec(env, task, split, int(variation)), **data)
+
+    @classmethod
+    def of_record(cls, record: EpisodeRecord, run_config: dict[str, Any]) -> EpisodeJob:
+        """The job that ran a recorded episode: the record's own settings, and from its run's config (a
+        rollout's run.json) those a record does not keep (action mode, step cap, review interval)."""
+        defaults = SelectionConfig()
+        return cls(
+            record.task_spec,
+            record.method,
+            record.controller if record.controller != "-" else "heuristic",
+            record.policy,
+            str(run_config.get("policy_mode", defaults.policy_mode)),
+            record.error_rate,
+            record.seed,
+            record.budget_agent_spec,
+            record.budget_rollback,
+            int(run_config.get("max_steps", defaults.max_steps)),
+            int(run_config.get("review_interval", defaults.review_interval)),
+            record.tag,
+            record.budget_controller,
+            record.charge_controller,
+        )
+
     @property
     def accounting(self) -> str:
         """How controller calls are paid for, as the episode id spells it: `c<B_ctrl>` (`c-`: unbounded)
@@ -244,36 +284,42 @@ def _env(name: str) -> Env:
     return envs[name]
 
 
-def run_job(job: EpisodeJob) -> EpisodeRecord:
-    """Run one episode; environments and model backends are cached per worker process."""
+R = TypeVar("R", bound="EpisodeRunner")
+
+
+def runner_for(job: EpisodeJob, kind: type[R]) -> R:
+    """The runner of a job's episode: its environment and model backends cached per worker process."""
     from rir_runtime.budgets import AgentBudget, Budgets
     from rir_runtime.controllers import make_controller
-    from rir_runtime.loop import EpisodeRunner
     from rir_runtime.policies import make_policy
 
     env = _env(job.task.env)
     policy = make_policy(PolicySpec.parse(job.policy), env, shared_backend, job.policy_mode, job.error_rate, job.seed)
+    budgets = Budgets(
+        AgentBudget.parse(job.budget_agent),
+        job.budget_rollback,
+        job.max_steps,
+        controller=job.budget_controller,
+        charge_controller=job.charge_controller,
+    )
     controller = make_controller(job.controller, shared_backend)
-    runner = EpisodeRunner(
-        env,
-        policy,
-        controller,
-        PRESETS[job.method],
-        Budgets(
-            AgentBudget.parse(job.budget_agent),
-            job.budget_rollback,
-            job.max_steps,
-            controller=job.budget_controller,
-            charge_controller=job.charge_controller,
-        ),
-        job.review_interval,
-    )
-    return runner.run(job.task).with_job(
-        episode_id=job.episode_id,
-        seed=job.seed,
-        tag=job.tag,
-        error_rate=job.error_rate,
-    )
+    return kind(env, policy, controller, PRESETS[job.method], budgets, job.review_interval)
+
+
+def run_job(job: EpisodeJob) -> EpisodeRecord:
+    """Run one episode."""
+    from rir_runtime.loop import EpisodeRunner
+
+    record = runner_for(job, EpisodeRunner).run(job.task)
+    return record.with_job(episode_id=job.episode_id, seed=job.seed, tag=job.tag, error_rate=job.error_rate)
+
+
+def branch_job(job: EpisodeJob, at_review: int, decisions: Sequence[Forced]) -> list[Outcome]:
+    """Each decision played out from the job's review `at_review`, all from one restored state
+    (`rir_runtime.branching`)."""
+    from rir_runtime.branching import BranchingRunner
+
+    return runner_for(job, BranchingRunner).branches(job.task, at_review, decisions)
 
 
 # --- the append-only episode file ------------------------------------------------------------------

@@ -1,0 +1,167 @@
+"""GRPO rewards from what a decision actually did: each sampled decision played out from its decision
+point's restored state (`rir train grpo --reward online`).
+
+Every GRPO prompt is a recorded decision point (its row's `meta.job` and `meta.review_index`: the
+episode's job and which of its reviews). TRL samples `num_generations` decisions per prompt; this
+reward function parses each (continue or recover; a restore point; a segment), groups the samples of
+one point, and hands each group to `rir_runtime.branching` through the orchestration's executor
+(local processes or Ray actors, so a GPU trainer does not wait on CPU environments): the episode runs
+once to the decision, its whole state is checkpointed, and each decision is played out from that one
+restored state by the runtime, the agent playing on to the end (a scripted agent exactly; an LLM
+agent ranking greedily). The reward is the outcome less stated costs:
+
+    reward = success - rollback_cost x rollbacks after the decision - call_cost x controller model calls after it
+
+so a group's advantages are exact comparisons of decisions from one state. An unparseable sample earns
+0 and is not played. Counters for the trainer's logs (`OnlineRewardLog`): restores, reward evaluations
+and the seconds they took, per logging step.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import TrainerCallback
+
+from data_gen.scoring.rewards import answers, replies, review_verdict
+from rir_runtime.branching import Forced, Outcome
+from rir_runtime.decisions import parse
+from rir_runtime.errors import ParseError, UserInputError
+from rir_runtime.orchestration.executors import make_executor
+
+ONLINE_KINDS = ("review", "locate_coarse", "locate_fine")
+
+
+def forced_decision(kind: str, text: str, choices: dict[int, list[int]], segments: list[list[int]]) -> Forced | None:
+    """The decision a sampled reply makes, as a branch forces it; None for a reply that states none the
+    prompt offers. A review's recovery restores where the episode's own controller's Where says."""
+    if kind == "review":
+        verdict = review_verdict(text)
+        return None if verdict is None else Forced(verdict == "recover")
+    try:
+        answer = int(parse(kind, text))  # type: ignore[arg-type]
+    except (ParseError, TypeError, ValueError):
+        return None
+    if answer not in choices:
+        return None
+    if kind == "locate_coarse":
+        a, b = segments[answer]
+        return Forced(True, segment=(int(a), int(b)))
+    return Forced(True, restore_to=answer)
+
+
+@dataclass(frozen=True)
+class Group:
+    """The decisions sampled at one decision point, to play out from one restored state."""
+
+    job: str  # EpisodeJob JSON
+    review_index: int
+    decisions: tuple[Forced, ...]
+
+
+Played = tuple[bool, float, int, int, int, str]  # success, score, rollbacks, controller calls, env steps, fingerprint
+
+
+def play_group(group: Group) -> tuple[Group, list[Played]]:
+    """Each of the group's decisions played out from its point's one restored state; runs in an
+    executor's worker, whose environments stay cached."""
+    from rir_runtime.orchestration.jobs import EpisodeJob, branch_job
+
+    outcomes: list[Outcome] = branch_job(EpisodeJob.from_json(group.job), group.review_index, group.decisions)
+    return group, [(o.success, o.score, o.rollbacks, o.controller_calls, o.env_steps, o.fingerprint) for o in outcomes]
+
+
+def group_player() -> Callable[[Group], tuple[Group, list[Played]]]:
+    """The executor's worker factory (picklable: a module-level function)."""
+    return play_group
+
+
+@dataclass
+class OnlineReward:
+    """TRL reward function: plays every sampled decision out (see the module docstring)."""
+
+    rollback_cost: float = 0.05
+    call_cost: float = 0.0
+    workers: int = 1
+    executor: str = "local"
+    stats: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    fingerprints: dict[Group, set[str]] = field(default_factory=dict)  # the last call's: one state per group
+
+    def __post_init__(self) -> None:
+        self.__name__ = "online_reward"  # TRL logs a reward function under its name
+
+    def __call__(
+        self,
+        completions: list[Any],
+        decision: list[str],
+        choices: list[str],
+        segments: list[str],
+        job: list[str],
+        review_index: list[int],
+        opening: list[str] | None = None,
+        **_: Any,
+    ) -> list[float | None]:
+        start = time.perf_counter()
+        forced = [
+            forced_decision(kind, text, answers(ch), json.loads(segs or "[]")) if kind in ONLINE_KINDS else None
+            for text, kind, ch, segs in zip(replies(completions, opening), decision, choices, segments, strict=True)
+        ]
+        groups = self._groups(forced, job, review_index)
+        rewards: list[float | None] = [0.0] * len(forced)  # a sample that states no decision earns nothing
+        runner = make_executor(self.executor, self.workers, 1, "")
+        self.fingerprints = {}
+        for group, results in runner.map_unordered(group_player, list(groups)):
+            for i, (success, _score, rollbacks, calls, _steps, origin) in zip(groups[group], results, strict=True):
+                rewards[i] = float(success) - self.rollback_cost * rollbacks - self.call_cost * calls
+                self.fingerprints.setdefault(group, set()).add(origin)
+        self._count(len(groups), sum(len(m) for m in groups.values()), time.perf_counter() - start)
+        return rewards
+
+    @staticmethod
+    def _groups(forced: list[Forced | None], job: list[str], review_index: list[int]) -> dict[Group, list[int]]:
+        """Sample indices by decision point (a sample that states no decision is not played)."""
+        members: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for i, f in enumerate(forced):
+            if f is not None:
+                if not job[i]:
+                    raise UserInputError(
+                        "a GRPO row has no decision point to branch from (meta.job): rebuild the data with this "
+                        "version's `rir build-data` for --reward online"
+                    )
+                members[(job[i], int(review_index[i]))].append(i)
+        return {Group(j, k, tuple(forced[i] for i in idx)): idx for (j, k), idx in members.items()}  # type: ignore[misc]
+
+    def _count(self, points: int, played: int, seconds: float) -> None:
+        self.stats["points"] += points
+        self.stats["restores"] += played
+        self.stats["seconds"] += seconds
+
+
+class OnlineRewardLog(TrainerCallback):
+    """Adds the online rewards' cost to the trainer's logs: restored decision points and played decisions
+    per logging step, and restores per second of reward time."""
+
+    def __init__(self, reward: OnlineReward) -> None:
+        self.reward, self.seen = reward, {"points": 0.0, "restores": 0.0, "seconds": 0.0}
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is None:
+            return
+        now = {k: self.reward.stats[k] for k in self.seen}
+        delta = {k: now[k] - self.seen[k] for k in now}
+        self.seen = now
+        seconds = delta["seconds"]
+        extra = {
+            "online/decision_points": delta["points"],
+            "online/reward_evaluations": delta["restores"],
+            "online/reward_seconds": round(seconds, 3),
+            "online/restores_per_s": round(delta["restores"] / seconds, 3) if seconds else 0.0,
+        }
+        logs.update(extra)  # for the loggers called after this one (tensorboard, ...)
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(extra)  # the Trainer kept its copy before the callbacks ran
