@@ -22,15 +22,11 @@ def recorded_decision(record, index: int) -> Forced:
     return Forced(True, point.locate.step if point.locate else None)
 
 
-def events_of(record) -> list:
-    return [e for e in record.events]
-
-
 def test_a_branch_that_decides_as_the_episode_did_plays_out_as_it_did() -> None:
     checked = 0
     for variation in range(12):
         original = run_job(job(variation))
-        for index, point in enumerate(replay(original).reviews):
+        for index in range(len(replay(original).reviews)):
             (outcome,) = branch_job(job(variation), index, [recorded_decision(original, index)])
             # the forced review's reason says "branch": everything else, every later event included, is the same
             same = [
