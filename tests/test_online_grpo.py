@@ -120,3 +120,21 @@ def test_online_grpo_trains_logs_its_restores_and_resumes(
     assert resumed.state.global_step == 3
     steps = [entry["step"] for entry in resumed.state.log_history if "loss" in entry]
     assert steps == [1, 2, 3]  # the log of the first run, then one step more
+
+
+ONLINE_CONFIGS = sorted((Path(__file__).parent.parent / "configs" / "train").glob("grpo_online_*.yaml"))
+
+
+@pytest.mark.parametrize("config", ONLINE_CONFIGS, ids=[c.stem for c in ONLINE_CONFIGS])
+def test_shipped_online_config_builds_and_trains_one_step(config: Path, data: Path, tmp_path: Path) -> None:
+    """GPU configs too (vLLM off: this is a CPU), on the tiny model, from a fresh LoRA adapter."""
+    from tests.test_train import FAST
+
+    argv = ["--config", str(config), *FAST, "--sft_adapter", "null", "--data", str(data), "--use_vllm", "false",
+            "--reward_workers", "1", "--output_dir", str(tmp_path / "out"), "--max_steps", "1",
+            "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--num_generations", "2",
+            "--max_train_samples", "4", "--eval_strategy", "no", "--calibrate_review", "false",
+            "--save_strategy", "no"]  # fmt: skip
+    trainer = train_grpo(argv)
+    assert trainer.state.global_step == 1
+    assert any("online/reward_evaluations" in entry for entry in trainer.state.log_history)
