@@ -146,7 +146,10 @@ def test_grpo_view_carries_the_value_table_and_class_weights(data: Path) -> None
         "v_now",
         "best_value",
         "choices",
+        "segments",
         "opening",
+        "job",
+        "review_index",
     }
     weights = {(r["decision"], r["label"]): r["weight"] for ds in (train, val) for r in ds}
     # train: 6 continue, 2 recover -> n / (k * n_c); validation rows get the train split's weights
