@@ -25,6 +25,7 @@ from data_gen.hindsight import REVIEW_TIES
 from eval.controller_eval import CONTROLLER_EVAL
 from eval.paired import combine, find_comparison
 from eval.summary import SUMMARY
+from rir_runtime.errors import UserInputError
 from rir_runtime.orchestration.launch import LAUNCHERS, last_complete_checkpoint, run_training, train_command
 from rir_runtime.orchestration.stages import Stages, yaml_settings
 from rir_runtime.policy_spec import NOISY_EXPERT, PolicySpec
@@ -48,6 +49,7 @@ class Suite:
     policy_mode: str = ""
     budget_agent: str = ""
     label_value: str = ""  # e.g. agent-lesson for the suite of the agent's own rollouts
+    error_rate: float | None = None  # the noisy expert's, where it differs from the pipeline's
 
     @property
     def label(self) -> str:
@@ -73,6 +75,12 @@ class PipelineConfig:
         },
     )
     value_rollouts: int = field(default=2, metadata={"help": "agent values: continuations per checkpoint (K)"})
+    bisect: bool = field(
+        default=True,
+        metadata={"help": "find restore labels by bisection (V_expert); agent values for the value controller: false"},
+    )
+    val_fraction: float = field(default=0.2, metadata={"help": "share of task variations held out for validation"})
+    value_pairs_per_point: int = field(default=8, metadata={"help": "value controller pairs per decision point"})
     value_max_steps: int = field(default=30, metadata={"help": "agent values: environment steps per continuation"})
     review_ties: str = field(
         default="continue",
@@ -91,6 +99,10 @@ class PipelineConfig:
     sft_max_length: int = field(default=0, metadata={"help": "override the training max_length (0: keep)"})
     dpo_config: str = field(default="", metadata={"help": "DPO YAML after SFT (empty: no DPO)"})
     dpo_max_steps: int = field(default=0, metadata={"help": "override the DPO config's max_steps (0: keep)"})
+    value_config: str = field(
+        default="", metadata={"help": "value controller YAML (rir train value; empty: no value controller)"}
+    )
+    value_max_train_steps: int = field(default=0, metadata={"help": "override the value config's max_steps (0: keep)"})
     train_seed: int = field(
         default=0, metadata={"help": "override the SFT and DPO configs' seed (0: keep), to measure run-to-run spread"}
     )
@@ -156,12 +168,15 @@ def _key_settings(config: DataclassInstance, names: str) -> dict[str, Any]:
 MODEL_SLOT = "{model}"  # in a served form: filled once with the tuned adapter, once with its prompted base
 
 
-def controller_specs(name: str, cfg: PipelineConfig, adapter: Path) -> list[str]:
+def controller_specs(name: str, cfg: PipelineConfig, adapter: Path, value: Path | None = None) -> list[str]:
     """The controllers an `eval_controllers` entry names. `prompted` and `tuned` are the base model and
-    the trained adapter; a served form with a `{model}` slot (`when=residual:{model};where={model};
-    what=heuristic`) is evaluated with both, so the tuned form meets its fair control: the same form
-    with the untrained model, not the whole prompted controller."""
-    models = {"prompted": f"prompted:{cfg.base_model}", "tuned": f"tuned:{adapter}"}
+    the trained adapter, `value` the value controller (`value_config`); a served form with a `{model}`
+    slot (`when=residual:{model};where={model};what=heuristic`) is evaluated with both the tuned and the
+    prompted model, so the tuned form meets its fair control: the same form with the untrained model,
+    not the whole prompted controller."""
+    if name == "value" and value is None:
+        raise UserInputError("eval_controllers names `value`, but no value_config trains a value controller")
+    models = {"prompted": f"prompted:{cfg.base_model}", "tuned": f"tuned:{adapter}", "value": f"value:{value}"}
     if MODEL_SLOT in name:
         return [name.replace(MODEL_SLOT, models[kind]) for kind in ("tuned", "prompted")]
     return [models.get(name, name)]
@@ -178,9 +193,11 @@ def run_pipeline(cfg: PipelineConfig) -> Path:
     if cfg.dpo_config:
         adapters.append(dpo_stage(stages, cfg, data, adapters[0]))
     adapter = adapters[-1]
-    specs = [spec for c in cfg.eval_controllers for spec in controller_specs(c, cfg, adapter)]
-    ce_dir = controller_eval_stage(stages, cfg, data, adapters, specs, row_groups(cfg, rollouts))
-    eval_dirs = [eval_stage(stages, cfg, suite, adapter, specs) for suite in cfg.suites if suite.test_variations]
+    value = value_stage(stages, cfg, data) if cfg.value_config else None
+    specs = [spec for c in cfg.eval_controllers for spec in controller_specs(c, cfg, adapter, value)]
+    trained = adapters + ([value] if value else [])
+    ce_dir = controller_eval_stage(stages, cfg, data, adapters, specs, row_groups(cfg, rollouts), trained)
+    eval_dirs = [eval_stage(stages, cfg, suite, trained, specs) for suite in cfg.suites if suite.test_variations]
 
     report = root / "report.md"
     report.write_text(final_report(cfg, specs, ce_dir, eval_dirs, stages.timings, time.perf_counter() - start))
@@ -205,7 +222,7 @@ def rollout_stage(stages: Stages, cfg: PipelineConfig, suite: Suite) -> Path:
         review_interval=cfg.review_interval,
         policy=suite.policy or cfg.policy,
         policy_mode=suite.policy_mode or cfg.policy_mode,
-        error_rate=cfg.error_rate,
+        error_rate=suite_error_rate(cfg, suite),
     )
     if suite.budget_agent:  # else the rollout default, a generous budget: data wants long branches
         rc = replace(rc, budget_agent=suite.budget_agent)
@@ -215,6 +232,10 @@ def rollout_stage(stages: Stages, cfg: PipelineConfig, suite: Suite) -> Path:
         "error_rate budget_agent budget_rollback",
     )
     return stages.run(f"rollout-{suite.label}", settings, lambda d: rollout(replace(rc, out=str(d))))
+
+
+def suite_error_rate(cfg: PipelineConfig, suite: Suite) -> float:
+    return cfg.error_rate if suite.error_rate is None else suite.error_rate
 
 
 def suite_label_values(cfg: PipelineConfig, rollouts: list[Path]) -> list[tuple[Path, str]]:
@@ -237,10 +258,15 @@ def data_stage(stages: Stages, cfg: PipelineConfig, rollouts: list[Path]) -> Pat
         value_rollouts=cfg.value_rollouts,
         value_max_steps=cfg.value_max_steps,
         review_ties=cfg.review_ties,
+        bisect=cfg.bisect,
+        val_fraction=cfg.val_fraction,
+        value_pairs_per_point=cfg.value_pairs_per_point,
         workers=cfg.workers,
     )
     settings = _key_settings(  # rollouts are inputs: their keys count
-        bc, "max_prompt_tokens tokenizer label_value run_label_values value_rollouts value_max_steps review_ties"
+        bc,
+        "max_prompt_tokens tokenizer label_value run_label_values value_rollouts value_max_steps review_ties bisect "
+        "val_fraction value_pairs_per_point",
     )
     return stages.run("data", settings, lambda d: build(replace(bc, out=str(d))), inputs=[p.name for p in rollouts])
 
@@ -277,6 +303,21 @@ def dpo_stage(stages: Stages, cfg: PipelineConfig, data: Path, sft: Path) -> Pat
     return stages.run("dpo", settings, fn, inputs=[data.name, sft.name])
 
 
+def value_stage(stages: Stages, cfg: PipelineConfig, data: Path) -> Path:
+    """The value controller: a scalar-head LoRA adapter trained on the data's option pairs."""
+    settings = {
+        "base_model": cfg.base_model,
+        "value_config": yaml_settings(cfg.value_config, "value_config"),
+        "value_max_train_steps": cfg.value_max_train_steps,
+        **({"train_seed": cfg.train_seed} if cfg.train_seed else {}),
+    }
+
+    def fn(d: Path) -> None:
+        _train(cfg, "value", cfg.value_config, d, data, cfg.value_max_train_steps, _length(cfg))
+
+    return stages.run("value", settings, fn, inputs=[data.name])
+
+
 def row_groups(cfg: PipelineConfig, rollouts: dict[str, Path]) -> dict[str, list[str]]:
     """Offline scores are reported apart for rows of the scripted expert and of a suite's own agent
     (the mistakes a learned controller should catch); with only one kind, all rows are one group."""
@@ -295,8 +336,9 @@ def controller_eval_stage(
     adapters: list[Path],
     specs: list[str],
     groups: dict[str, list[str]],
+    trained: list[Path],
 ) -> Path:
-    """Offline decision quality of the controllers on the validation split (the oracle has none), per
+    """Offline decision quality of the controllers on the validation split (the oracles have none), per
     row group; every adapter trained (SFT, then DPO) is scored, so the report says what DPO adds."""
     from eval.controller_eval import ControllerEvalConfig, evaluate_controllers
 
@@ -316,10 +358,10 @@ def controller_eval_stage(
             evaluate_controllers(replace(cc, source=source, out=str(d / name)))
 
     settings = {**_key_settings(cc, "controller max_rows max_reflect_rows"), "groups": groups}
-    return stages.run("controller-eval", settings, fn, inputs=[data.name, *(a.name for a in adapters)])
+    return stages.run("controller-eval", settings, fn, inputs=[data.name, *(a.name for a in trained)])
 
 
-def eval_stage(stages: Stages, cfg: PipelineConfig, suite: Suite, adapter: Path, specs: list[str]) -> Path:
+def eval_stage(stages: Stages, cfg: PipelineConfig, suite: Suite, trained: list[Path], specs: list[str]) -> Path:
     """Methods x controllers on the suite's test variations."""
     from eval.harness import EvalConfig, evaluate
 
@@ -338,7 +380,7 @@ def eval_stage(stages: Stages, cfg: PipelineConfig, suite: Suite, adapter: Path,
         workers=cfg.workers,
         policy=suite.policy or cfg.policy,
         policy_mode=suite.policy_mode or cfg.policy_mode,
-        error_rate=cfg.error_rate,
+        error_rate=suite_error_rate(cfg, suite),
     )
     settings = _key_settings(
         ec,
@@ -346,7 +388,7 @@ def eval_stage(stages: Stages, cfg: PipelineConfig, suite: Suite, adapter: Path,
         "charge_controller review_interval workers policy policy_mode error_rate",
     )
     return stages.run(
-        f"eval-{suite.label}", settings, lambda d: evaluate(replace(ec, out=str(d))), inputs=[adapter.name]
+        f"eval-{suite.label}", settings, lambda d: evaluate(replace(ec, out=str(d))), inputs=[a.name for a in trained]
     )
 
 

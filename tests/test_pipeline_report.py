@@ -56,3 +56,14 @@ def test_a_served_form_with_a_model_slot_is_evaluated_with_the_adapter_and_its_p
     ]
     assert controller_specs("tuned", cfg, Path("a")) == ["tuned:a"]
     assert controller_specs("heuristic", cfg, Path("a")) == ["heuristic"]
+
+
+def test_value_names_the_value_controller_and_is_refused_without_one() -> None:
+    import pytest
+
+    from rir_runtime.errors import UserInputError
+
+    cfg = PipelineConfig()
+    assert controller_specs("value", cfg, Path("runs/x/sft"), Path("runs/x/value")) == ["value:runs/x/value"]
+    with pytest.raises(UserInputError, match="no value_config"):
+        controller_specs("value", cfg, Path("runs/x/sft"))
