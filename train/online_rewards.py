@@ -69,7 +69,9 @@ Played = tuple[bool, float, int, int, int, str]  # success, score, rollbacks, co
 
 def play_group(group: Group) -> tuple[Group, list[Played]]:
     """Each of the group's decisions played out from its point's one restored state; runs in an
-    executor's worker, whose environments stay cached."""
+    executor's worker. Environments are cached per process: across the whole run with one worker (the
+    trainer's own process), only within one reward call with several (the executor's pool lives for one
+    `map_unordered`)."""
     from rir_runtime.orchestration.jobs import EpisodeJob, branch_job
 
     outcomes: list[Outcome] = branch_job(EpisodeJob.from_json(group.job), group.review_index, group.decisions)
