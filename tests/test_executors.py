@@ -65,6 +65,12 @@ class CountingFactory:
         return times(2)
 
 
+def worker_identity() -> Callable[[int], tuple[int, int]]:
+    """A worker that answers with its process and its own identity: a kept worker answers the same."""
+    made = object()
+    return lambda _item: (os.getpid(), id(made))
+
+
 def strip_timing(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in ("wall_s", "controller_seconds")}  # timings
 
@@ -126,6 +132,21 @@ def test_threads_share_one_worker_so_their_model_calls_batch() -> None:
 def test_a_failing_item_raises_in_the_driver(executor: LocalExecutor) -> None:
     with pytest.raises(ValueError, match="item 7 failed"):
         list(executor.map_unordered(partial(fail_on, 7), list(range(12))))
+
+
+@pytest.mark.parametrize("executor", [LocalExecutor(1, 1), LocalExecutor(1, 2), LocalExecutor(2, 1)], ids=str)
+def test_a_session_keeps_its_workers_across_batches(executor: LocalExecutor) -> None:
+    """A trainer's reward maps one small batch per step: its workers (and their environments) must not
+    be made again for each batch. Closing the session stops them."""
+    session = executor.session(worker_identity)
+    try:
+        first = set(session.map(list(range(8))))
+        second = set(session.map(list(range(8))))
+    finally:
+        session.close()
+    assert first == second and len(first) <= executor.workers, (first, second)
+    one_off = set(executor.map_unordered(worker_identity, list(range(8))))
+    assert one_off.isdisjoint(first) or executor.workers == 1  # a new map without the session: new workers
 
 
 # --- choosing an executor ---------------------------------------------------------------------------

@@ -114,6 +114,9 @@ def test_online_grpo_trains_logs_its_restores_and_resumes(
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert [entry["step"] for entry in logs] == [1, 2] and all("online/restores_per_s" in entry for entry in logs)
     assert sum(entry["online/reward_evaluations"] for entry in logs) > 0, logs  # decisions were played out
+    for entry in logs:  # each step's seconds split by phase, and the played decisions inside the rewards' share
+        assert entry["time/generation_s"] > 0 and entry["time/backward_s"] > 0, entry
+        assert entry["time/rewards_s"] >= entry["online/reward_seconds"] > 0, entry
     card = json.loads((tmp_path / "out" / "rir_controller.json").read_text())
     assert card["stage"] == "grpo" and card["rewards"]["reward"] == "online"
     resumed = train_grpo([*argv, "--max_steps", "3"])  # the same output folder: it resumes at checkpoint 2

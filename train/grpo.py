@@ -194,6 +194,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
     from train.distributed import check_launch, main_process_first
     from train.grpo_data import load_grpo_datasets, prefill_answers, value_summary
     from train.models import load_tokenizer, resolve_start, trainable_model
+    from train.step_phases import StepPhases
 
     check_launch(training_args)
     dataset_folders(script_args.data, "sft", script_args.decision_types)  # before the base model is converted
@@ -211,6 +212,7 @@ def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
     model, peft_config = trainable_model(base_name, base_path, sft_adapter, model_args, training_args)
 
     rewards = reward_functions(script_args)
+    phases = StepPhases()  # generation, rewards, scoring and backward seconds in the train logs
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=rewards,
@@ -219,8 +221,9 @@ def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
         eval_dataset=eval_ds,
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=[NoSignalWarning(), *online_logs(rewards)],
+        callbacks=[NoSignalWarning(), *online_logs(rewards), phases],
     )
+    phases.attach(trainer)
     card = dict(
         base_model=base_name,
         base_model_path=base_path,

@@ -32,7 +32,7 @@ from data_gen.scoring.rewards import answers, replies, review_verdict
 from rir_runtime.branching import Forced, Outcome
 from rir_runtime.decisions import parse
 from rir_runtime.errors import ParseError, UserInputError
-from rir_runtime.orchestration.executors import make_executor
+from rir_runtime.orchestration.executors import Session, make_executor
 
 ONLINE_KINDS = ("review", "locate_coarse", "locate_fine")
 
@@ -69,9 +69,8 @@ Played = tuple[bool, float, int, int, int, str]  # success, score, rollbacks, co
 
 def play_group(group: Group) -> tuple[Group, list[Played]]:
     """Each of the group's decisions played out from its point's one restored state; runs in an
-    executor's worker. Environments are cached per process: across the whole run with one worker (the
-    trainer's own process), only within one reward call with several (the executor's pool lives for one
-    `map_unordered`)."""
+    executor's worker. Environments are cached per worker process for the whole run: the reward keeps
+    one executor session open across its calls."""
     from rir_runtime.orchestration.jobs import EpisodeJob, branch_job
 
     outcomes: list[Outcome] = branch_job(EpisodeJob.from_json(group.job), group.review_index, group.decisions)
@@ -93,6 +92,7 @@ class OnlineReward:
     executor: str = "local"
     stats: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     fingerprints: dict[Group, set[str]] = field(default_factory=dict)  # the last call's: one state per group
+    session: Session[Group, tuple[Group, list[Played]]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.__name__ = "online_reward"  # TRL logs a reward function under its name
@@ -115,9 +115,10 @@ class OnlineReward:
         ]
         groups = self._groups(forced, job, review_index)
         rewards: list[float | None] = [0.0] * len(forced)  # a sample that states no decision earns nothing
-        runner = make_executor(self.executor, self.workers, 1, "")
+        if self.session is None:  # workers (and their cached environments) live until `close`
+            self.session = make_executor(self.executor, self.workers, 1, "").session(group_player)
         self.fingerprints = {}
-        for group, results in runner.map_unordered(group_player, list(groups)):
+        for group, results in self.session.map(list(groups)):
             for i, (success, _score, rollbacks, calls, _steps, origin) in zip(groups[group], results, strict=True):
                 rewards[i] = float(success) - self.rollback_cost * rollbacks - self.call_cost * calls
                 self.fingerprints.setdefault(group, set()).add(origin)
@@ -138,6 +139,12 @@ class OnlineReward:
                 members[(job[i], int(review_index[i]))].append(i)
         return {Group(j, k, tuple(forced[i] for i in idx)): idx for (j, k), idx in members.items()}  # type: ignore[misc]
 
+    def close(self) -> None:
+        """Stop the workers that play decisions out (called when training ends)."""
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
     def _count(self, points: int, played: int, seconds: float) -> None:
         self.stats["points"] += points
         self.stats["restores"] += played
@@ -146,10 +153,13 @@ class OnlineReward:
 
 class OnlineRewardLog(TrainerCallback):
     """Adds the online rewards' cost to the trainer's logs: restored decision points and played decisions
-    per logging step, and restores per second of reward time."""
+    per logging step, and restores per second of reward time; stops the reward's workers at the end."""
 
     def __init__(self, reward: OnlineReward) -> None:
         self.reward, self.seen = reward, {"points": 0.0, "restores": 0.0, "seconds": 0.0}
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.reward.close()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs is None:

@@ -14,6 +14,10 @@ per call by default, reloading the model each time).
 Items go to workers in chunks whose size adapts to the measured time per item: one at a time while
 items are slow (LLM episodes: results stream back as each finishes), more when they take a few
 milliseconds (noisy-expert episodes), where one round trip per item would cost more than the item.
+
+A caller that maps many small batches (a trainer's reward function, one batch per step) opens a
+`session`: its workers (processes, Ray actors and their environments) live until the session closes,
+instead of being started and stopped around every batch.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from rir_runtime.errors import DependencyMissingError, UserInputError
 
 T = TypeVar("T")
 R = TypeVar("R")
+T_in = TypeVar("T_in", contravariant=True)
+R_out = TypeVar("R_out", covariant=True)
 Worker = Callable[[T], R]
 WorkerFactory = Callable[[], Callable[[T], R]]  # picklable (a module-level function or a partial of one)
 Chunk = tuple[list[R], float]  # the results of one chunk and the seconds its worker spent on it
@@ -44,10 +50,34 @@ CHUNK_SECONDS = 0.5  # a chunk's target duration: amortises round trips, keeps r
 MAX_CHUNK = 256
 
 
+class Session(Protocol[T_in, R_out]):
+    """Workers made once, mapped over many batches of items."""
+
+    def map(self, items: Sequence[T_in]) -> Iterator[R_out]:
+        """Each item's result, in completion order."""
+        ...
+
+    def close(self) -> None:
+        """Close the workers (their environments) and stop their processes or actors."""
+        ...
+
+
 class Executor(Protocol):
     def map_unordered(self, make_worker: WorkerFactory[T, R], items: Sequence[T]) -> Iterator[R]:
         """Each item's result, in completion order."""
         ...
+
+    def session(self, make_worker: WorkerFactory[T, R]) -> Session[T, R]:
+        """Workers that stay up across `map` calls until `close`."""
+        ...
+
+
+def mapped_once(session: Session[T, R], items: Sequence[T]) -> Iterator[R]:
+    """One batch through a session that closes after it (or when the caller stops reading)."""
+    try:
+        yield from session.map(items)
+    finally:
+        session.close()
 
 
 def check_executor(executor: str, ray_address: str) -> None:
@@ -181,37 +211,68 @@ class LocalExecutor:
     threads: int = 1
 
     def map_unordered(self, make_worker: WorkerFactory[T, R], items: Sequence[T]) -> Iterator[R]:
+        if self.threads <= 1 and len(items) <= 1:
+            return mapped_once(InProcess(make_worker), items)  # a pool for one item costs more than the item
+        return mapped_once(self.session(make_worker), items)
+
+    def session(self, make_worker: WorkerFactory[T, R]) -> Session[T, R]:
         if self.threads > 1:
-            yield from self._threads(make_worker, items)
-        elif self.workers <= 1 or len(items) <= 1:
-            worker = make_worker()
-            try:
-                yield from map(worker, items)
-            finally:
-                _close(worker)
-        else:
-            yield from self._processes(make_worker, items)
+            return Threads(make_worker, self.threads)
+        if self.workers <= 1:
+            return InProcess(make_worker)
+        return Processes(make_worker, self.workers)
 
-    def _threads(self, make_worker: WorkerFactory[T, R], items: Sequence[T]) -> Iterator[R]:
-        worker = make_worker()
-        pool = ThreadPoolExecutor(self.threads)
-        try:
-            yield from stream([lambda chunk: pool.submit(run_chunk, worker, chunk)] * self.threads, items)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-            _close(worker)
 
-    def _processes(self, make_worker: WorkerFactory[T, R], items: Sequence[T]) -> Iterator[R]:
-        with mp.get_context("spawn").Pool(self.workers, _init_process, (make_worker,)) as pool:
+class InProcess:
+    """The worker in the caller's process, made on first use."""
 
-            def submit(chunk: list[T]) -> Future[Chunk]:
-                future: Future[Chunk] = Future()
-                pool.apply_async(
-                    _process_chunk, (chunk,), callback=future.set_result, error_callback=future.set_exception
-                )
-                return future
+    def __init__(self, make_worker: WorkerFactory[Any, Any]) -> None:
+        self.worker = LazyWorker(make_worker)
 
-            yield from stream([submit] * self.workers, items)  # leaving the block terminates the pool
+    def map(self, items: Sequence[Any]) -> Iterator[Any]:
+        for item in items:
+            yield self.worker.run([item])[0][0]
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+class Threads:
+    """`threads` threads sharing one worker made in the caller's process."""
+
+    def __init__(self, make_worker: WorkerFactory[Any, Any], threads: int) -> None:
+        self.worker, self.threads = make_worker(), threads
+        self.pool = ThreadPoolExecutor(threads)
+
+    def map(self, items: Sequence[Any]) -> Iterator[Any]:
+        submit = lambda chunk: self.pool.submit(run_chunk, self.worker, chunk)  # noqa: E731
+        yield from stream([submit] * self.threads, items)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        _close(self.worker)
+
+
+class Processes:
+    """`workers` spawned processes, each holding its worker until the session closes."""
+
+    def __init__(self, make_worker: WorkerFactory[Any, Any], workers: int) -> None:
+        self.workers = workers
+        self.pool = mp.get_context("spawn").Pool(workers, _init_process, (make_worker,))
+
+    def map(self, items: Sequence[Any]) -> Iterator[Any]:
+        def submit(chunk: list[Any]) -> Future[Chunk]:
+            future: Future[Chunk] = Future()
+            self.pool.apply_async(
+                _process_chunk, (chunk,), callback=future.set_result, error_callback=future.set_exception
+            )
+            return future
+
+        yield from stream([submit] * self.workers, items)
+
+    def close(self) -> None:
+        self.pool.terminate()  # the workers' environments end with their processes
+        self.pool.join()
 
 
 # --- Ray --------------------------------------------------------------------------------------------
@@ -228,19 +289,34 @@ class RayExecutor:
 
     def map_unordered(self, make_worker: WorkerFactory[T, R], items: Sequence[T]) -> Iterator[R]:
         if not items:
-            return
-        ray = import_ray()
-        owned = connect_ray(ray, self.address, self.workers)
-        actors: list[Any] = []
+            return iter(())
+        return mapped_once(RaySession(make_worker, min(self.workers, len(items)), self.threads, self.address), items)
+
+    def session(self, make_worker: WorkerFactory[T, R]) -> Session[T, R]:
+        return RaySession(make_worker, self.workers, self.threads, self.address)
+
+
+class RaySession:
+    """Ray actors that hold their workers until the session closes; a local cluster started for the
+    session stops with it."""
+
+    def __init__(self, make_worker: WorkerFactory[Any, Any], workers: int, threads: int, address: str) -> None:
+        self.ray = import_ray()
+        self.owned = connect_ray(self.ray, address, workers)
+        actor_cls = self.ray.remote(num_cpus=1, max_concurrency=threads)(LazyWorker)
+        self.actors = [actor_cls.remote(make_worker) for _ in range(workers)]
+        self.slots = [_actor_slot(actor) for actor in self.actors for _ in range(threads)]
+
+    def map(self, items: Sequence[Any]) -> Iterator[Any]:
+        yield from stream(self.slots, items)
+
+    def close(self) -> None:
         try:
-            actor_cls = ray.remote(num_cpus=1, max_concurrency=self.threads)(LazyWorker)
-            actors = [actor_cls.remote(make_worker) for _ in range(min(self.workers, len(items)))]
-            slots = [_actor_slot(actor) for actor in actors for _ in range(self.threads)]
-            yield from stream(slots, items)
+            _stop_actors(self.ray, self.actors)
         finally:
-            _stop_actors(ray, actors)
-            if owned:
-                ray.shutdown()  # stops the local cluster it started, or disconnects from the remote one
+            self.actors = []
+            if self.owned:
+                self.ray.shutdown()  # stops the local cluster it started, or disconnects from the remote one
 
 
 def _actor_slot(actor: Any) -> Callable[[list[Any]], Future[Chunk]]:

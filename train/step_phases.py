@@ -1,0 +1,83 @@
+"""Where a GRPO step's seconds go. TRL logs a step's total (`step_time`); this splits it into
+
+- `time/generation_s`: sampling the completions,
+- `time/rewards_s`: the reward functions (for the online reward: restoring decision points and
+  playing the sampled decisions out),
+- `time/scoring_s`: the rest of making a batch (the old and reference log-probabilities),
+- `time/backward_s`: the loss's forward and backward passes and the optimizer step,
+
+each in seconds per optimizer step, averaged over the logging period. The split says whether a GPU
+trainer would wait on CPU environments (rewards) or on its own sampling (generation). Only training
+steps count: evaluation's generations happen outside them.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from transformers import TrainerCallback
+
+# the GRPOTrainer methods timed (TRL 1.16): the whole batch preparation, and two parts of it
+TIMED = {"prepare": "_generate_and_score_completions", "generation": "_generate", "rewards": "_calculate_rewards"}
+
+
+class StepPhases(TrainerCallback):
+    """Times the trainer's phases inside each optimizer step and adds the split to the train logs."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = defaultdict(float)
+        self.steps = 0
+        self.in_step = False
+        self.step_start = 0.0
+
+    def attach(self, trainer: Any) -> None:
+        """Wrap the trainer's phase methods (on the instance: TRL's class is left as it is)."""
+        for phase, method in TIMED.items():
+            setattr(trainer, method, self._timed(phase, getattr(trainer, method)))
+
+    def _timed(self, phase: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if not self.in_step:
+                return method(*args, **kwargs)
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.totals[phase] += time.perf_counter() - start
+
+        return run
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.in_step, self.step_start = True, time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.totals["step"] += time.perf_counter() - self.step_start
+        self.in_step, self.steps = False, self.steps + 1
+
+    def split(self) -> dict[str, float]:
+        """Seconds per step since the last call, by phase (empty before the first step)."""
+        if not self.steps:
+            return {}
+        t, n = self.totals, self.steps
+        other_prep = max(t["prepare"] - t["generation"] - t["rewards"], 0.0)
+        out = {
+            "time/generation_s": t["generation"] / n,
+            "time/rewards_s": t["rewards"] / n,
+            "time/scoring_s": other_prep / n,
+            "time/backward_s": max(t["step"] - t["prepare"], 0.0) / n,
+        }
+        self.totals, self.steps = defaultdict(float), 0
+        return {k: round(v, 3) for k, v in out.items()}
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is None or "loss" not in logs:
+            return  # evaluation logs: no training step to split
+        extra = self.split()
+        logs.update(extra)
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(extra)  # the Trainer kept its copy before the callbacks ran
