@@ -5,6 +5,7 @@ act on the best option's gain, and `rir train value` end to end on the tiny mode
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from rir_runtime.controllers.options import CONTINUE, option_text, recovery_opti
 from rir_runtime.controllers.value import ValueController
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.prompts import DecisionContext
+from train.value import balanced_pairs, contrast
 
 HISTORY = (
     Step(0, "read notebook", "The notebook reads: grind the garlic; slice the apple.", 20.0),
@@ -56,6 +58,26 @@ def test_pairs_put_the_best_option_first_against_the_nearest_worse_ones_then_its
     clean = {None: 1.0, 0: 1.0, 5: 1.0, 6: 1.0}  # nothing to recover from: going on must win the ties
     assert ranked_pairs(clean, 8) == [(None, 6), (None, 5), (None, 0)]
     assert ranked_pairs({4: 1.0, 6: 1.0, 2: 0.6}, 8) == [(6, 4)]  # 0.4 below is within the margin: no pair
+
+
+def pair_meta(episode: str, step: int, chosen: int, rejected: int) -> dict[str, object]:
+    return {"episode_id": episode, "step": step, "chosen_option": chosen, "rejected_option": rejected}
+
+
+def test_balanced_pairs_teach_the_three_contrasts_equally_and_go_on_against_the_latest_checkpoint() -> None:
+    """Built pairs are mostly going on against far checkpoints (a clean point sets it against each one);
+    a recovery beating going on is rare. Balanced: equal shares, one go-on pair per point (its latest)."""
+    metas = [pair_meta(f"clean{e}", 8, -1, c) for e in range(10) for c in (0, 3, 7)]  # go on wins: 30 pairs
+    metas += [pair_meta(f"bad{e}", 8, 4, -1) for e in range(4)]  # a recovery wins: 4 pairs
+    metas += [pair_meta(f"bad{e}", 8, 4, c) for e in range(4) for c in (3, 5)]  # the Where: 8 pairs
+    picked = balanced_pairs(metas, cap=12, seed=0)
+    kinds = Counter(contrast(metas[i]) for i in picked)
+    assert len(picked) == len(set(picked)) == 12 and kinds == {"recover": 4, "go on": 4, "where": 4}, kinds
+    assert all(metas[i]["rejected_option"] == 7 for i in picked if contrast(metas[i]) == "go on")
+    short = balanced_pairs(metas, cap=24, seed=0)  # 4 recover pairs only: the others fill their share
+    assert Counter(contrast(metas[i]) for i in short) == {"recover": 4, "go on": 10, "where": 8}
+    assert len(balanced_pairs(metas, cap=None, seed=0)) == 12  # uncapped: the rarest contrast's count each
+    assert balanced_pairs(metas, 12, seed=0) == picked and balanced_pairs(metas, 12, seed=1) != picked
 
 
 # --- the controller, with a scorer that reads the text ---------------------------------------------

@@ -88,6 +88,15 @@ class TrainScriptArguments:
         },
     )
 
+    balance_pairs: bool = field(
+        default=True,
+        metadata={
+            "help": "value controller: train on equal shares of its three contrasts (a recovery beats going on; "
+            "going on beats the latest recovery; one checkpoint beats another), where the build's pairs are "
+            "mostly going on against distant checkpoints"
+        },
+    )
+
     def __post_init__(self) -> None:
         items = [self.decision_types] if isinstance(self.decision_types, str) else self.decision_types
         types = [t.strip() for item in items for t in str(item).split(",") if t.strip()]

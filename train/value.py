@@ -24,6 +24,7 @@ the adapter serves as `--controller value:<dir>`.
 from __future__ import annotations
 
 import argparse
+import random
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,8 @@ def tokenized(dataset: Any, tokenizer: Any, max_length: int | None) -> Any:
 
 
 def load_pairs(script_args: TrainScriptArguments, tokenizer: Any, max_length: int | None, seed: int) -> tuple[Any, ...]:
-    """(train, eval, fingerprints): the value pairs, shuffled, capped, tokenised."""
+    """(train, eval, fingerprints): the value pairs, shuffled (the train pairs balanced by contrast where
+    asked), capped, tokenised: only the rows trained on are tokenised."""
     from train.data import load_dataset_dict
 
     folder = value_folder(script_args.data)
@@ -84,15 +86,60 @@ def load_pairs(script_args: TrainScriptArguments, tokenizer: Any, max_length: in
         f"{VALUE_DATASET}/{s}": splits[s]._fingerprint for s in (script_args.train_split, script_args.eval_split)
     }
 
-    def take(split: str, cap: int | None) -> Any:
-        ds = splits[split].shuffle(seed=seed)
+    def take(split: str, cap: int | None, balance: bool = False) -> Any:
+        ds = splits[split]
+        if balance:
+            return tokenized(ds.select(balanced_pairs(list(ds["meta"]), cap, seed)), tokenizer, max_length)
+        ds = ds.shuffle(seed=seed)
         return tokenized(ds.select(range(min(cap, len(ds)))) if cap else ds, tokenizer, max_length)
 
     return (
-        take(script_args.train_split, script_args.max_train_samples),
+        take(script_args.train_split, script_args.max_train_samples, script_args.balance_pairs),
         take(script_args.eval_split, script_args.max_eval_samples),
         fingerprints,
     )
+
+
+CONTRASTS = ("recover", "go on", "where")
+
+
+def contrast(meta: dict[str, Any]) -> str:
+    """Which decision a pair teaches: a recovery beats going on, going on beats a recovery (When), or
+    one checkpoint beats another (Where)."""
+    if meta["rejected_option"] == -1:
+        return "recover"
+    return "go on" if meta["chosen_option"] == -1 else "where"
+
+
+def balanced_pairs(metas: list[dict[str, Any]], cap: int | None, seed: int) -> list[int]:
+    """Row indices with the three contrasts in equal shares (a contrast with too few rows lends its share
+    to the others), in a seeded random order. Where going on wins, a point's pairs set it against each
+    checkpoint; only the latest (the hardest: the recovery that would undo least) is kept, so the When
+    is learnt where it is decided. Without a cap, as many of each as the rarest contrast has."""
+    kinds: dict[str, list[int]] = {k: [] for k in CONTRASTS}
+    latest: dict[tuple[str, int], int] = {}  # decision point -> its go-on pair against the latest checkpoint
+    for i, meta in enumerate(metas):
+        kind = contrast(meta)
+        if kind != "go on":
+            kinds[kind].append(i)
+            continue
+        point = (meta["episode_id"], int(meta["step"]))
+        if point not in latest or meta["rejected_option"] > metas[latest[point]]["rejected_option"]:
+            latest[point] = i
+    kinds["go on"] = sorted(latest.values())
+    rng = random.Random(seed)
+    for rows in kinds.values():
+        rng.shuffle(rows)
+    present = [rows for rows in kinds.values() if rows]
+    if not present:
+        return []
+    total = cap if cap else len(present) * min(len(rows) for rows in present)
+    picked: list[int] = []
+    for n, rows in enumerate(sorted(present, key=len)):  # the rarest first: what it lacks, the others fill
+        share = (total - len(picked)) // (len(present) - n)
+        picked += rows[:share]
+    rng.shuffle(picked)
+    return picked
 
 
 def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
