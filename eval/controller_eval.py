@@ -26,7 +26,16 @@ from typing import Any
 
 from data_gen.build_record import BUILD_RECORD, read_build_record
 from data_gen.scoring.answers import answer_class, share_cap, spaced
-from data_gen.scoring.metrics import Interval, auroc, auroc_ci, auroc_within, binary_intervals, binary_quality, mean_ci
+from data_gen.scoring.metrics import (
+    Interval,
+    auroc,
+    auroc_ci,
+    auroc_within,
+    binary_intervals,
+    binary_quality,
+    gain_calibration,
+    mean_ci,
+)
 from data_gen.scoring.rewards import decision_reward, review_weights
 from eval.when_features import feature_reference
 from rir_runtime.controllers import Controller, gated_spec, latest_admissible_in, make_controller
@@ -369,6 +378,7 @@ def review_metrics(decisions: Decisions, review: list[dict[str, Any]], spec: str
     from tqdm import tqdm
 
     labels, predictions, scores, envs = [], [], [], []
+    claims: list[tuple[float, float, bool]] = []  # a value controller's claimed gain, the gain realised, recover
     for row in tqdm(review, desc=f"{spec}: review", file=sys.stderr, mininterval=2.0):
         decision = decisions.decide("review", row)
         decisions.reward("review", row, decision)
@@ -377,6 +387,9 @@ def review_metrics(decisions: Decisions, review: list[dict[str, Any]], spec: str
         # a ranked controller's log-odds margin orders the rows; a rule's verdict is its only score
         scores.append(float(decision.meta.get("margin", float(decision.value.recover))))
         envs.append(str(row["meta"].get("env", "")))
+        realised = realised_gain(row["meta"], decision.meta.get("restore"))
+        if realised is not None:
+            claims.append((scores[-1], realised, predictions[-1]))
     if not review:
         return {}
     q = binary_quality(labels, predictions, scores)
@@ -384,7 +397,22 @@ def review_metrics(decisions: Decisions, review: list[dict[str, Any]], spec: str
     m.update({f"review_{k}": v for k, v in binary_intervals(labels, predictions, scores).items()})
     m["review_auroc_within_env"] = auroc_within(labels, scores, envs)
     m["review_margins"] = scores
+    if claims:
+        m["review_gain_calibration"] = gain_calibration([c for c, _, _ in claims], [r for _, r, _ in claims])
+        recovered = [r for _, r, recover in claims if recover]
+        m["review_realised_gain_when_recovering"] = sum(recovered) / len(recovered) if recovered else None
     return m
+
+
+def realised_gain(meta: dict[str, Any], restore: Any) -> float | None:
+    """The hindsight value of recovering to `restore` less that of going on (the row's value table);
+    None where the controller names no checkpoint or the table has no value for it."""
+    if restore is None or "v_now" not in meta:
+        return None
+    values = meta.get("values") or {}
+    values = json.loads(values) if isinstance(values, str) else values
+    value = values.get(str(restore))
+    return None if value is None else float(value) - float(meta["v_now"])
 
 
 def locate_metrics(
@@ -571,7 +599,36 @@ def markdown(
             lines.append(f"| {label} | " + " | ".join(_cell(key, r) for r in results) + " |")
     if any(r.get("where_exact_ci95") or r.get("review_auroc_ci95") for r in results):
         lines += ["", INTERVALS_NOTE]
-    return "\n".join(lines + reference_lines(reference or {})) + "\n"
+    return "\n".join(lines + reference_lines(reference or {}) + gain_lines(results)) + "\n"
+
+
+def gain_lines(results: list[dict[str, Any]]) -> list[str]:
+    """For each controller that claims a gain (a value controller): claimed against realised gain, by
+    quarter of the claim, and the mean realised gain of the reviews it recovers at."""
+    lines: list[str] = []
+    for res in results:
+        bins = res.get("review_gain_calibration")
+        if not bins:
+            continue
+        when = res.get("review_realised_gain_when_recovering")
+        lines += [
+            "",
+            f"Claimed against realised gain, `{res['controller']}` (the best recovery's score over going on's, "
+            "and in hindsight the value of that checkpoint less going on's; rows in quarters of the claim):",
+            "",
+            "| claimed gain | rows | mean claimed | mean realised |",
+            "| --- | ---: | ---: | ---: |",
+            *(
+                f"| {b['claimed_min']:+.2f} to {b['claimed_max']:+.2f} | {b['rows']} | {b['claimed_mean']:+.2f} "
+                f"| {b['realised_mean']:+.3f} |"
+                for b in bins
+            ),
+            "",
+            "Where it recovers (claim above its margin), the mean realised gain is "
+            + ("-" if when is None else f"{when:+.3f}")
+            + ": positive if its recoveries pay.",
+        ]
+    return lines
 
 
 INTERVALS_NOTE = (

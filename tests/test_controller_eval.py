@@ -7,7 +7,8 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict
 
-from eval.controller_eval import markdown, restore_quality, scored_rows, step_reference
+from data_gen.scoring.metrics import gain_calibration
+from eval.controller_eval import markdown, realised_gain, restore_quality, scored_rows, step_reference
 from eval.pipeline import PipelineConfig, Suite, offline_verdict, row_groups
 
 
@@ -115,3 +116,19 @@ def test_the_step_reference_ranks_reviews_by_how_late_they_come() -> None:
     text = markdown([{"controller": "heuristic", "review_auroc": 0.5}], "validation", None, reference)
     assert "ranking these 4 reviews by their step index alone gives AUROC 1.000 (1.000 within a benchmark)" in text
     assert "Reference" not in markdown([{"controller": "heuristic", "review_auroc": 0.5}], "validation")
+
+
+def test_claimed_gains_are_set_against_the_gains_realised_in_hindsight() -> None:
+    """A value controller claims its best recovery beats going on by its score difference; the row's
+    value table says what that recovery was worth. Quarters of the claim, each with the realised mean."""
+    meta = {"values": json.dumps({"3": 1.0, "4": 0.0}), "v_now": 0.0}
+    assert realised_gain(meta, 3) == 1.0 and realised_gain(meta, 4) == 0.0
+    assert realised_gain(meta, 7) is None and realised_gain(meta, None) is None  # no value, no checkpoint
+    bins = gain_calibration([0.9, -1.0, 0.5, -0.2, 2.0, 1.5, -0.5, 0.1], [1, 0, 0, 0, 1, 1, -1, 0])
+    assert [b["rows"] for b in bins] == [2, 2, 2, 2]
+    assert [b["realised_mean"] for b in bins] == [-0.5, 0.0, 0.5, 1.0]  # calibrated: it rises with the claim
+    assert bins[0]["claimed_min"] == -1.0 and bins[-1]["claimed_max"] == 2.0
+    result = {"controller": "value:x", "review_gain_calibration": bins, "review_realised_gain_when_recovering": 0.75}
+    text = markdown([result], "validation")
+    assert "Claimed against realised gain, `value:x`" in text and "| +1.50 to +2.00 | 2 | +1.75 | +1.000 |" in text
+    assert "mean realised gain is +0.750" in text

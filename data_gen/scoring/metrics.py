@@ -177,3 +177,27 @@ def binary_intervals(
         "f1_ci95": bootstrap_ci(f1, len(y)),
         "auroc_ci95": auroc_ci(labels, scores),
     }
+
+
+def gain_calibration(claimed: Sequence[float], realised: Sequence[float], bins: int = 4) -> list[dict[str, float]]:
+    """Does a claimed gain come true? The rows sorted by the gain a controller claims for its best
+    recovery over going on, in `bins` groups of (nearly) equal size, each with its claimed range and
+    mean and the mean gain realised in hindsight (the picked checkpoint's value less going on's). A
+    calibrated controller's realised gain rises with its claim, and the margin it recovers above sits
+    where the realised gain turns positive."""
+    if len(claimed) != len(realised):
+        raise ValueError("claimed and realised gains must be of one length")
+    order = np.argsort(np.asarray(claimed, dtype=float), kind="stable")
+    out = []
+    for group in np.array_split(order, min(bins, len(order))):
+        c, r = np.asarray(claimed, dtype=float)[group], np.asarray(realised, dtype=float)[group]
+        out.append(
+            {
+                "rows": len(group),
+                "claimed_min": float(c.min()),
+                "claimed_max": float(c.max()),
+                "claimed_mean": float(c.mean()),
+                "realised_mean": float(r.mean()),
+            }  # fmt: skip
+        )
+    return out
