@@ -156,9 +156,8 @@ def restore_points(every: list[dict[str, Any]], scored: list[dict[str, Any]]) ->
             restore = rows["locate_fine"]["meta"]["label"]
         if restore is None:
             continue
-        measured = {int(k): float(v) for k, v in json.loads(meta["values"]).items()} if meta.get("values") else {}
         ctx = DecisionContext.from_json(meta["context"])
-        points.append(RestorePoint(ctx, int(restore), int(meta["step"]), measured))
+        points.append(RestorePoint(ctx, int(restore), int(meta["step"]), measured_values(meta)))
     return points
 
 
@@ -404,15 +403,18 @@ def review_metrics(decisions: Decisions, review: list[dict[str, Any]], spec: str
     return m
 
 
+def measured_values(meta: dict[str, Any]) -> dict[int, float]:
+    """A row's measured checkpoint values ({} where the row has none)."""
+    return {int(k): float(v) for k, v in json.loads(meta["values"]).items()} if meta.get("values") else {}
+
+
 def realised_gain(meta: dict[str, Any], restore: Any) -> float | None:
     """The hindsight value of recovering to `restore` less that of going on (the row's value table);
     None where the controller names no checkpoint or the table has no value for it."""
     if restore is None or "v_now" not in meta:
         return None
-    values = meta.get("values") or {}
-    values = json.loads(values) if isinstance(values, str) else values
-    value = values.get(str(restore))
-    return None if value is None else float(value) - float(meta["v_now"])
+    value = measured_values(meta).get(int(restore))
+    return None if value is None else value - float(meta["v_now"])
 
 
 def locate_metrics(

@@ -33,6 +33,7 @@ from rir_runtime.branching import Forced, Outcome
 from rir_runtime.decisions import parse
 from rir_runtime.errors import ParseError, UserInputError
 from rir_runtime.orchestration.executors import Session, make_executor
+from train.step_phases import add_to_log
 
 ONLINE_KINDS = ("review", "locate_coarse", "locate_fine")
 
@@ -174,6 +175,4 @@ class OnlineRewardLog(TrainerCallback):
             "online/reward_seconds": round(seconds, 3),
             "online/restores_per_s": round(delta["restores"] / seconds, 3) if seconds else 0.0,
         }
-        logs.update(extra)  # for the loggers called after this one (tensorboard, ...)
-        if state.log_history and state.log_history[-1].get("step") == state.global_step:
-            state.log_history[-1].update(extra)  # the Trainer kept its copy before the callbacks ran
+        add_to_log(state, logs, extra)

@@ -77,7 +77,12 @@ class StepPhases(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs is None or "loss" not in logs:
             return  # evaluation logs: no training step to split
-        extra = self.split()
-        logs.update(extra)
-        if state.log_history and state.log_history[-1].get("step") == state.global_step:
-            state.log_history[-1].update(extra)  # the Trainer kept its copy before the callbacks ran
+        add_to_log(state, logs, self.split())
+
+
+def add_to_log(state: Any, logs: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Figures a callback adds to a log entry: in `logs`, for the loggers called after it, and in the
+    copy the Trainer kept in `state.log_history` before the callbacks ran."""
+    logs.update(extra)
+    if state.log_history and state.log_history[-1].get("step") == state.global_step:
+        state.log_history[-1].update(extra)

@@ -187,10 +187,10 @@ def gain_calibration(claimed: Sequence[float], realised: Sequence[float], bins: 
     where the realised gain turns positive."""
     if len(claimed) != len(realised):
         raise ValueError("claimed and realised gains must be of one length")
-    order = np.argsort(np.asarray(claimed, dtype=float), kind="stable")
+    claims, gains = np.asarray(claimed, dtype=float), np.asarray(realised, dtype=float)
     out = []
-    for group in np.array_split(order, min(bins, len(order))):
-        c, r = np.asarray(claimed, dtype=float)[group], np.asarray(realised, dtype=float)[group]
+    for group in np.array_split(np.argsort(claims, kind="stable"), min(bins, len(claims))):
+        c, r = claims[group], gains[group]
         out.append(
             {
                 "rows": len(group),
@@ -198,6 +198,6 @@ def gain_calibration(claimed: Sequence[float], realised: Sequence[float], bins: 
                 "claimed_max": float(c.max()),
                 "claimed_mean": float(c.mean()),
                 "realised_mean": float(r.mean()),
-            }  # fmt: skip
+            }
         )
     return out
