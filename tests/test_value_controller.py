@@ -154,6 +154,41 @@ def test_scoring_options_over_the_prompts_cache_equals_scoring_whole_sequences()
     assert len(set(round(x, 4) for x in cached[:7])) > 1  # the options are told apart
 
 
+def test_the_served_score_is_the_one_the_reward_trainer_trains() -> None:
+    """The scorer reads the head where TRL's `RewardTrainer` pools it: the rightmost token that is not
+    padding, in right-padded batches through the model's own forward. (Options once ended with the
+    end-of-text token while padding was that same token: training pooled one token earlier than
+    serving read, and the served scores were of a position never trained.)"""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForSequenceClassification
+    from trl.trainer.reward_trainer import DataCollatorForPreference
+
+    from rir_runtime.llm.registry import local_path
+    from rir_runtime.llm.value import ValueScorer, encode
+    from train.value import value_tokenizer
+
+    path = str(local_path("tiny-random-llama"))
+    tokenizer = value_tokenizer(path)
+    tokenizer.pad_token = tokenizer.eos_token  # as small chat models ship (SmolLM2: both <|im_end|>)
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model = get_peft_model(model, LoraConfig(task_type="SEQ_CLS", r=4, target_modules=["q_proj", "v_proj"]))
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            param.data.normal_(0, 0.5)
+    ctx = context()
+    prompt, (short, long) = value_prompt(ctx), (CONTINUE, option_text(ctx, 3))
+    short_ids, long_ids = (sum(encode(tokenizer, prompt, option), []) for option in (short, long))
+    rows = [{"chosen_ids": short_ids, "rejected_ids": long_ids}]
+    batch = DataCollatorForPreference(pad_token_id=tokenizer.pad_token_id)(rows)  # right-padded, as trained
+    with torch.no_grad():
+        trained = model(**batch, use_cache=False).logits.squeeze(-1).tolist()
+    served = ValueScorer(model, tokenizer).score(prompt, [short, long])
+    assert served == pytest.approx(trained, abs=1e-4)
+
+
 # --- rir train value, end to end ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def value_data(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -188,8 +188,8 @@ def value_tokenizer(path: str) -> Any:
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    if tokenizer.eos_token_id is None:
-        raise UserInputError(f"the tokenizer of {path} has no end-of-text token, which ends every option")
+    if tokenizer.pad_token_id is None:
+        raise UserInputError(f"the tokenizer of {path} has neither a padding nor an end-of-text token to pad with")
     return tokenizer
 
 

@@ -3,9 +3,11 @@ options of a decision that share one trajectory prompt.
 
 The prompt is run once and its key/value cache is reused by every option: the options then run in one
 batched pass over their own few tokens, so valuing thirty restore points costs about one prompt's
-prefill instead of thirty. The score of a text is the head's output at its last token (the end-of-text
-token appended to every option), as TRL's `RewardTrainer` trains it; `encode` is the one tokenisation
-of (prompt, option), shared by training and serving, so the two see the same tokens.
+prefill instead of thirty. The score of a text is the head's output at the option's last token, where
+TRL's `RewardTrainer` pools it (the rightmost token that is not padding); `encode` is the one
+tokenisation of (prompt, option), shared by training and serving, so the two see the same tokens.
+Options end with their own text, not an end-of-text token: small chat models pad with that token
+(SmolLM2: both `<|im_end|>`), so training would pool the token before it while serving read it.
 
     scorer = load_value_scorer("runs/value")
     scorer.score(value_prompt(ctx), [o.text for o in recovery_options(ctx, True)])
@@ -23,10 +25,12 @@ OPTION_BATCH = 16  # options scored per batched pass over the shared prompt's ca
 
 
 def encode(tokenizer: Any, prompt: str, option: str) -> tuple[list[int], list[int]]:
-    """(prompt tokens, option tokens ending with end-of-text): each text tokenised on its own, so the
-    prompt's tokens are the same whatever option follows (its cache can be shared)."""
+    """(prompt tokens, option tokens): each text tokenised on its own, so the prompt's tokens are the
+    same whatever option follows (its cache can be shared). The option's last token is scored."""
     prompt_ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
-    option_ids = tokenizer(option, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    option_ids = tokenizer(option, add_special_tokens=False)["input_ids"]
+    if not option_ids:
+        raise ValueError("an empty option has no token to score")
     return list(prompt_ids), list(option_ids)
 
 
