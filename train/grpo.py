@@ -53,6 +53,20 @@ class GRPOScriptArguments(TrainScriptArguments):
             "given); null or '' starts a fresh adapter on --model"
         },
     )
+    value_adapter: str | None = field(
+        default=None,
+        metadata={
+            "help": "adapter folder of `rir train value` to train further instead: its option policy (the softmax "
+            "of its option scores at --temperature) is sampled and rewarded (`train/value_grpo.py`)"
+        },
+    )
+    spread_only: bool = field(
+        default=False,
+        metadata={
+            "help": "value adapter: train only on decision points whose options' hindsight values differ, where "
+            "the choice matters (elsewhere every sampled option earns one reward and no gradient)"
+        },
+    )
     balance_review: bool = field(
         default=True,
         metadata={
@@ -112,6 +126,12 @@ class GRPOScriptArguments(TrainScriptArguments):
             )
         if self.sft_adapter in ("", "none", "null"):
             self.sft_adapter = None
+        if self.value_adapter in ("", "none", "null"):
+            self.value_adapter = None
+        if self.value_adapter and self.sft_adapter:
+            raise UserInputError(
+                "give --sft_adapter (a generative controller) or --value_adapter (a value controller), not both"
+            )
         if not 0.0 <= self.lateness_penalty < 1.0:
             raise UserInputError(f"lateness_penalty {self.lateness_penalty} must be within [0, 1)")
 
@@ -120,7 +140,12 @@ def main(script_args: GRPOScriptArguments, training_args, model_args):
     """Train and save the adapter into output_dir; returns the trainer (state, logs, model)."""
     from train.run import train_and_save
 
-    trainer, card = build_trainer(script_args, training_args, model_args)
+    if script_args.value_adapter:
+        from train import value_grpo
+
+        trainer, card = value_grpo.build_trainer(script_args, training_args, model_args)
+    else:
+        trainer, card = build_trainer(script_args, training_args, model_args)
     return train_and_save(trainer, card, script_args, training_args, model_args)
 
 

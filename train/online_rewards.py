@@ -109,21 +109,31 @@ class OnlineReward:
         opening: list[str] | None = None,
         **_: Any,
     ) -> list[float | None]:
-        start = time.perf_counter()
         forced = [
             forced_decision(kind, text, answers(ch), json.loads(segs or "[]")) if kind in ONLINE_KINDS else None
             for text, kind, ch, segs in zip(replies(completions, opening), decision, choices, segments, strict=True)
         ]
         groups = self._groups(forced, job, review_index)
         rewards: list[float | None] = [0.0] * len(forced)  # a sample that states no decision earns nothing
+        for group, group_rewards in self.play(list(groups)).items():
+            for i, reward in zip(groups[group], group_rewards, strict=True):
+                rewards[i] = reward
+        return rewards
+
+    def play(self, groups: list[Group]) -> dict[Group, list[float]]:
+        """Each group's decisions played out from its point's restored state: their rewards, in order
+        (the generative policy's parsed samples, or the value controller's sampled options)."""
+        start = time.perf_counter()
         if self.session is None:  # workers (and their cached environments) live until `close`
             self.session = make_executor(self.executor, self.workers, 1, "").session(group_player)
-        self.fingerprints = {}
-        for group, results in self.session.map(list(groups)):
-            for i, (success, _score, rollbacks, calls, _steps, origin) in zip(groups[group], results, strict=True):
-                rewards[i] = float(success) - self.rollback_cost * rollbacks - self.call_cost * calls
-                self.fingerprints.setdefault(group, set()).add(origin)
-        self._count(len(groups), sum(len(m) for m in groups.values()), time.perf_counter() - start)
+        self.fingerprints, rewards = {}, {}
+        for group, results in self.session.map(groups):
+            rewards[group] = [
+                float(success) - self.rollback_cost * rollbacks - self.call_cost * calls
+                for success, _score, rollbacks, calls, _steps, _origin in results
+            ]
+            self.fingerprints[group] = {origin for *_, origin in results}
+        self._count(len(groups), sum(len(g.decisions) for g in groups), time.perf_counter() - start)
         return rewards
 
     @staticmethod

@@ -144,6 +144,7 @@ def balanced_pairs(metas: list[dict[str, Any]], cap: int | None, seed: int) -> l
 
 def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
     """(RewardTrainer with a fresh LoRA adapter on a scalar-head model, the adapter card's fields)."""
+    from transformers import set_seed
     from trl import RewardTrainer, get_peft_config
 
     from train.distributed import check_launch, main_process_first
@@ -157,6 +158,7 @@ def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
         train_ds, eval_ds, fingerprints = load_pairs(
             script_args, tokenizer, training_args.max_length, training_args.seed
         )
+    set_seed(training_args.seed)  # the fresh head is drawn here, before the Trainer seeds anything
     model = scalar_head_model(base_path, tokenizer, model_args)
     model_args.use_peft, model_args.lora_task_type = True, "SEQ_CLS"  # LoRA settings come from ModelConfig
     peft_config = get_peft_config(model_args)

@@ -41,6 +41,34 @@ def split_head(model: Any) -> tuple[Any, Any]:
     return getattr(base, base.base_model_prefix), base.score
 
 
+def prompt_cache(body: Any, prompt_ids: list[int]) -> Any:
+    """The key/value cache of the prompt, which every option of the decision extends."""
+    import torch
+
+    return body(input_ids=torch.tensor([prompt_ids], device=body.device), use_cache=True).cache
+
+
+def option_scores(body: Any, head: Any, cache: Any, prefix_len: int, options: list[list[int]], pad_id: int) -> Any:
+    """A tensor of the head's score at each option's last token, the options right-padded in one batch
+    over the prompt's `cache` (which this extends: pass a copy to reuse it). Differentiable, so online
+    training of the option policy (`train/value_grpo.py`) scores options as the controller serves them."""
+    import torch
+
+    device = body.device
+    n, width = len(options), max(len(ids) for ids in options)
+    ids = torch.full((n, width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros((n, prefix_len + width), dtype=torch.long, device=device)
+    mask[:, :prefix_len] = 1
+    for row, option in enumerate(options):
+        ids[row, : len(option)] = torch.tensor(option, device=device)
+        mask[row, prefix_len : prefix_len + len(option)] = 1
+    cache.batch_repeat_interleave(n)
+    positions = torch.arange(prefix_len, prefix_len + width, device=device).expand(n, -1)
+    hidden = body(input_ids=ids, attention_mask=mask, cache=cache, position_ids=positions, use_cache=True)
+    last = torch.tensor([len(option) - 1 for option in options], device=device)
+    return head(hidden.last_hidden_state[torch.arange(n), last]).squeeze(-1).float()
+
+
 class ValueScorer:
     """Scores options after a shared prompt with a scalar-head model."""
 
@@ -51,41 +79,22 @@ class ValueScorer:
 
     def score(self, prompt: str, options: list[str]) -> list[float]:
         """One score per option: the prompt's cache computed once, the options in batches over it."""
+        import copy
+
         import torch
 
         if not options:
             return []
         encoded = [encode(self.tokenizer, prompt, o) for o in options]
-        prefix = torch.tensor([encoded[0][0]], device=self.device)
+        prompt_ids = encoded[0][0]
+        scores: list[float] = []
         with torch.no_grad():
-            cache = self.body(input_ids=prefix, use_cache=True).cache
-            scores: list[float] = []
+            cache = prompt_cache(self.body, prompt_ids)
             for start in range(0, len(options), OPTION_BATCH):
                 batch = [ids for _, ids in encoded[start : start + OPTION_BATCH]]
-                scores += self._score_after(cache, prefix.shape[1], batch)
+                shared = copy.deepcopy(cache)  # the batch extends it; the next batch needs the prompt's alone
+                scores += option_scores(self.body, self.head, shared, len(prompt_ids), batch, self.pad_id).tolist()
         return scores
-
-    def _score_after(self, cache: Any, prefix_len: int, batch: list[list[int]]) -> list[float]:
-        """The head at each option's last token, the options right-padded after the prompt's cache."""
-        import copy
-
-        import torch
-
-        n, width = len(batch), max(len(ids) for ids in batch)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=self.device)
-        mask = torch.zeros((n, prefix_len + width), dtype=torch.long, device=self.device)
-        mask[:, :prefix_len] = 1
-        for row, option in enumerate(batch):
-            ids[row, : len(option)] = torch.tensor(option, device=self.device)
-            mask[row, prefix_len : prefix_len + len(option)] = 1
-        shared = copy.deepcopy(cache)  # the batch extends it; the next batch needs the prompt's alone
-        shared.batch_repeat_interleave(n)
-        positions = torch.arange(prefix_len, prefix_len + width, device=self.device).expand(n, -1)
-        hidden = self.body(
-            input_ids=ids, attention_mask=mask, cache=shared, position_ids=positions, use_cache=True
-        ).last_hidden_state
-        last = torch.tensor([len(option) - 1 for option in batch], device=self.device)
-        return self.head(hidden[torch.arange(n), last]).squeeze(-1).float().tolist()
 
     def score_uncached(self, prompt: str, options: list[str]) -> list[float]:
         """The same scores from whole sequences, one at a time (the reference the cached path must match)."""

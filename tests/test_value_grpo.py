@@ -1,0 +1,131 @@
+"""GRPO of the value controller's option policy (`rir train grpo --value_adapter`): its decision points
+and options, the direction of its update, and the whole command on the tiny model (online rewards,
+logs, the adapter it writes, resuming)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.test_value_controller import value_data  # noqa: F401 - the module's fixture, shared
+
+TINY = ["--model", "tiny-random-llama", "--use_cpu", "true", "--bf16", "false", "--report_to", "none",
+        "--lora_target_modules", "q_proj", "v_proj"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def value_adapter(value_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+    from rir_runtime.cli import main as rir
+
+    out = tmp_path_factory.mktemp("start") / "value"
+    argv = ["train", "value", *TINY, "--data", str(value_data), "--output_dir", str(out), "--max_steps", "1",
+            "--per_device_train_batch_size", "2", "--save_strategy", "no", "--eval_strategy", "no",
+            "--calibration_rows", "16"]  # fmt: skip
+    assert rir(argv) == 0
+    return out
+
+
+def test_decision_points_carry_every_option_with_its_value_once(value_data: Path) -> None:  # noqa: F811
+    from datasets import load_from_disk
+
+    from train.value_grpo import option_points
+
+    rows = load_from_disk(str(value_data / "value_pref"))["train"]
+    points = option_points(rows)
+    assert 0 < len(points) < len(rows)  # a point's pairs share it
+    for point in points:
+        assert len(set(point.options)) == len(point.options) == len(point.texts) == len(point.values)
+        assert point.options[0] is None or None not in point.options  # going on first, where it is an option
+        assert list(point.options[1:]) == sorted(point.options[1:], reverse=True)  # then the latest first
+        assert point.job and json.loads(point.job)["task"][0] == "builtin"
+    pairs = {(r["meta"]["episode_id"], r["meta"]["step"], r["chosen"], r["rejected"]) for r in rows}
+    point = points[0]
+    values = dict(zip(point.texts, point.values, strict=True))
+    for _, _, chosen, rejected in (p for p in pairs if p[2] in values and p[3] in values):
+        assert values[chosen] >= values[rejected]
+
+
+def test_updates_raise_the_expected_value_of_the_policy(value_data: Path, value_adapter: Path, tmp_path: Path) -> None:  # noqa: F811
+    """Table rewards on one point whose options differ: after a step the softmax policy puts more
+    probability on the options of higher value (its expected value rises); a sign error lowers it."""
+    import torch
+
+    from train.args import parse_train_args
+    from train.grpo import make_parser
+    from train.value_grpo import build_trainer
+
+    argv = [*TINY, "--value_adapter", str(value_adapter), "--data", str(value_data), "--reward", "table",
+            "--output_dir", str(tmp_path / "out"), "--max_steps", "1", "--per_device_train_batch_size", "64",
+            "--per_device_eval_batch_size", "64", "--num_generations", "64", "--temperature", "5",
+            "--learning_rate", "0.001", "--spread_only", "true", "--max_train_samples", "1",
+            "--save_strategy", "no", "--eval_strategy", "no", "--scale_rewards", "none",
+            "--lr_scheduler_type", "constant"]  # fmt: skip
+    trainer, card = build_trainer(*parse_train_args(make_parser(), argv))
+    point = trainer.train_dataset[0]
+    assert point.spread > 0 and card["kind"] == "value"
+
+    def expected_value() -> float:
+        trainer.model.eval()  # no LoRA dropout in the measurement
+        with torch.no_grad():
+            probs = trainer.log_probs(trainer.model, point).exp().tolist()
+        return sum(p * v for p, v in zip(probs, point.values, strict=True))
+
+    before = expected_value()
+    trainer.train()
+    assert expected_value() > before
+
+
+def test_online_value_grpo_plays_options_out_logs_writes_a_value_adapter_and_resumes(
+    value_data: Path,  # noqa: F811
+    value_adapter: Path,
+    tmp_path: Path,
+) -> None:
+    from rir_runtime.cli import main as rir
+    from rir_runtime.controllers import make_controller
+    from rir_runtime.controllers.value import ValueController
+
+    out = tmp_path / "grpo"
+    argv = ["train", "grpo", *TINY, "--value_adapter", str(value_adapter), "--data", str(value_data),
+            "--reward", "online", "--output_dir", str(out), "--per_device_train_batch_size", "6",
+            "--per_device_eval_batch_size", "6", "--num_generations", "3", "--gradient_accumulation_steps", "1",
+            "--logging_steps", "1",
+            "--save_strategy", "steps", "--save_steps", "1", "--eval_strategy", "steps", "--eval_steps", "2",
+            "--max_eval_samples", "2", "--calibration_rows", "16", "--sft_adapter", ""]  # fmt: skip
+    assert rir([*argv, "--max_steps", "2"]) == 0
+    assert rir([*argv, "--max_steps", "3"]) == 0  # resumes from checkpoint-2
+    state = json.loads((out / "trainer_state.json").read_text())
+    train_logs = [e for e in state["log_history"] if "reward" in e]
+    assert [e["step"] for e in train_logs] == [1, 2, 3]
+    for entry in train_logs:
+        assert 0.0 <= entry["recover_share"] <= 1.0 and entry["entropy"] >= 0.0
+        assert entry["online/reward_evaluations"] == 6  # 2 points x 3 options, each played out
+    assert any("eval_reward" in e for e in state["log_history"])
+    card = json.loads((out / "rir_controller.json").read_text())
+    assert card["kind"] == "value" and card["stage"] == "grpo" and card["rewards"]["reward"] == "online"
+    assert card["value_adapter"] == str(value_adapter) and card["review_threshold"] is not None
+    assert isinstance(make_controller(f"value:{out}"), ValueController)
+
+
+VALUE_GRPO_CONFIGS = sorted((Path(__file__).parent.parent / "configs" / "train").glob("grpo_*value*.yaml"))
+
+
+@pytest.mark.parametrize("config", VALUE_GRPO_CONFIGS, ids=[c.stem for c in VALUE_GRPO_CONFIGS])
+def test_shipped_value_grpo_config_builds_and_trains_one_step(
+    config: Path,
+    value_data: Path,  # noqa: F811
+    value_adapter: Path,
+    tmp_path: Path,
+) -> None:
+    from train.args import parse_train_args
+    from train.grpo import make_parser
+    from train.value_grpo import build_trainer
+
+    argv = ["--config", str(config), "--value_adapter", str(value_adapter), "--data", str(value_data),
+            "--output_dir", str(tmp_path / "out"), "--max_steps", "1", "--max_train_samples", "4",
+            "--gradient_accumulation_steps", "1", "--save_strategy", "no"]  # fmt: skip
+    trainer, card = build_trainer(*parse_train_args(make_parser(), argv))
+    trainer.train()
+    assert card["kind"] == "value" and trainer.state.global_step == 1
+    assert any("reward" in entry for entry in trainer.state.log_history)

@@ -1,0 +1,333 @@
+"""GRPO of the value controller's option policy: `rir train grpo --value_adapter <dir>`.
+
+The value controller decides by scoring the options of a decision ({continue} and {recover to
+checkpoint i}) and taking the best. As a policy, it picks option o with probability
+
+    pi(o | point) = softmax(score(o) / temperature)
+
+Each step takes `per_device_train_batch_size` decision points of the build's `value_pref` rows,
+samples `num_generations` options per point from pi, and rewards each: online (`--reward online`),
+by playing it out from the point's one restored state exactly as the generative form's online
+reward does (`train/online_rewards.py`: same executor session, same costs); from the table
+(`--reward table`), by the option's hindsight value in the row. The group-relative advantage
+A = r - mean(r) (over the std too with `scale_rewards: group`) weights the sampled options' log-probs:
+
+    loss = -mean(A * log pi(o))
+
+One update per batch of samples, so GRPO's clipped importance ratio is 1 and drops out; `beta` (a KL
+term) is not supported. TRL's `GRPOTrainer` samples text, and these decisions are choices among
+scored options, so this is a `transformers.Trainer` (the base of TRL's trainers) whose loss is the
+above: the GRPO config's keys, accelerate, checkpoints, resume and logs work as for the other stages.
+Options are scored as the controller serves them (`rir_runtime.llm.value.option_scores`: one pass
+over the prompt, the options over its cache), so what is trained is what is served. The adapter card
+says `kind: value`; the margin is calibrated afterwards as for `rir train value`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from transformers import Trainer
+
+from rir_runtime.branching import Forced
+from rir_runtime.errors import UserInputError
+from train.online_rewards import Group, OnlineReward, OnlineRewardLog
+
+
+@dataclass(frozen=True)
+class OptionPoint:
+    """One decision point: its prompt, its options (None: go on; i: recover to checkpoint i) and their
+    texts, their hindsight values from the build, and where to branch from (`job`, `review_index`)."""
+
+    prompt: str
+    options: tuple[int | None, ...]
+    texts: tuple[str, ...]
+    values: tuple[float, ...]
+    job: str
+    review_index: int
+
+    @property
+    def spread(self) -> float:
+        return max(self.values) - min(self.values)
+
+    def forced(self, option: int | None) -> Forced:
+        return Forced(False) if option is None else Forced(True, restore_to=option)
+
+
+def option_points(rows: Any) -> list[OptionPoint]:
+    """The distinct decision points of `value_pref` rows (a point's pairs share its prompt, context and
+    value table), its options ordered as the controller scores them: going on, then the latest first."""
+    from rir_runtime.controllers.options import CONTINUE, option_text
+    from rir_runtime.prompts import DecisionContext
+
+    points: dict[tuple[str, int], OptionPoint] = {}
+    for prompt, meta in zip(rows["prompt"], rows["meta"], strict=True):
+        key = (meta["episode_id"], int(meta["step"]))
+        if key in points:
+            continue
+        ctx = DecisionContext.from_json(meta["context"])
+        table = json.loads(meta["option_values"])
+        options = (["continue"] if "continue" in table else []) + sorted(
+            (k for k in table if k != "continue"), key=int
+        )[::-1]
+        parsed = [None if o == "continue" else int(o) for o in options]
+        points[key] = OptionPoint(
+            prompt=prompt,
+            options=tuple(parsed),
+            texts=tuple(CONTINUE if o is None else option_text(ctx, o) for o in parsed),
+            values=tuple(float(table[o]) for o in options),
+            job=meta.get("job") or "",
+            review_index=int(meta.get("review_index") or 0),
+        )
+    return list(points.values())
+
+
+def load_points(script_args: Any, split: str, cap: int | None, seed: int, online: bool) -> list[OptionPoint]:
+    """The split's decision points with two options or more (where asked, only those whose values
+    differ), shuffled and capped; online, each must name its decision point."""
+    from train.data import load_dataset_dict
+    from train.value import value_folder
+
+    folder = value_folder(script_args.data)
+    splits = load_dataset_dict(folder)
+    if split not in splits:
+        raise UserInputError(f"{folder} has no '{split}' split (it has {list(splits)}): rebuild it")
+    points = [p for p in option_points(splits[split].select_columns(["prompt", "meta"])) if len(p.options) > 1]
+    if script_args.spread_only:
+        points = [p for p in points if p.spread > 0]
+    if online and any(not p.job for p in points):
+        raise UserInputError(
+            f"{folder} rows name no decision point to branch from (meta.job): rebuild the data with this "
+            "version's `rir build-data` for --reward online"
+        )
+    random.Random(seed).shuffle(points)
+    points = points[:cap] if cap else points
+    if not points:
+        raise UserInputError(f"the '{split}' split of {folder} has no decision point with options to choose from")
+    return points
+
+
+def collate_points(points: list[OptionPoint]) -> dict[str, list[OptionPoint]]:
+    return {"points": points}
+
+
+class OptionGRPOTrainer(Trainer):
+    """A Trainer whose loss is the option policy's group-relative policy gradient (module docstring)."""
+
+    def __init__(self, *args: Any, reward: OnlineReward | None, **kwargs: Any) -> None:
+        super().__init__(*args, data_collator=collate_points, **kwargs)
+        self.reward = reward  # None: the table's values
+        self.metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self.sampler = random.Random(self.args.seed)
+
+    def _remove_unused_columns(self, dataset: Any, description: str | None = None) -> Any:
+        return dataset  # points, not a table of model inputs
+
+    def _get_train_sampler(self, dataset: Any = None) -> Any:
+        """Each point `num_generations` times in a row, as TRL's GRPO samples prompts: a batch of
+        `per_device_train_batch_size` samples holds that many over `num_generations` points."""
+        from trl.trainer.utils import RepeatSampler
+
+        return RepeatSampler(
+            data_source=dataset if dataset is not None else self.train_dataset,
+            mini_repeat_count=self.args.num_generations,
+            batch_size=self.args.generation_batch_size // self.args.num_generations,
+            seed=self.args.seed,
+        )
+
+    def _get_eval_sampler(self, eval_dataset: Any) -> Any:
+        from trl.trainer.utils import RepeatSampler
+
+        return RepeatSampler(data_source=eval_dataset, mini_repeat_count=self.args.num_generations, seed=self.args.seed)
+
+    def log_probs(self, model: Any, point: OptionPoint) -> Any:
+        """log pi(o | point) for every option, differentiable."""
+        import torch
+
+        from rir_runtime.llm.value import encode, option_scores, prompt_cache, split_head
+
+        body, head = split_head(self.accelerator.unwrap_model(model))
+        tokenizer = self.processing_class
+        encoded = [encode(tokenizer, point.prompt, text) for text in point.texts]
+        prompt_ids = encoded[0][0]
+        cache = prompt_cache(body, prompt_ids)
+        scores = option_scores(body, head, cache, len(prompt_ids), [ids for _, ids in encoded], tokenizer.pad_token_id)
+        return torch.log_softmax(scores / self.args.temperature, dim=-1)
+
+    def sample(self, log_probs: Any) -> list[int]:
+        """`num_generations` option indices drawn from pi (seeded: a resumed run draws its own)."""
+        weights = log_probs.detach().exp().tolist()
+        return self.sampler.choices(range(len(weights)), weights=weights, k=self.args.num_generations)
+
+    def rewards(self, points: list[OptionPoint], picks: list[list[int]]) -> list[list[float]]:
+        """Each sampled option's reward: played out from its point's restored state, or its table value."""
+        if self.reward is None:
+            return [[p.values[i] for i in idx] for p, idx in zip(points, picks, strict=True)]
+        groups = [
+            Group(p.job, p.review_index, tuple(p.forced(p.options[i]) for i in idx))
+            for p, idx in zip(points, picks, strict=True)
+        ]
+        played = self.reward.play(groups)
+        return [played[g] for g in groups]
+
+    def advantages(self, rewards: list[list[float]]) -> list[list[float]]:
+        import statistics
+
+        flat = [r for group in rewards for r in group]
+        batch_std = statistics.pstdev(flat) if len(flat) > 1 else 0.0
+        out = []
+        for group in rewards:
+            mean = sum(group) / len(group)
+            scale = {"group": statistics.pstdev(group), "batch": batch_std}.get(str(self.args.scale_rewards), 1.0)
+            out.append([(r - mean) / (scale + 1e-4) if scale else r - mean for r in group])
+        return out
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch=None):
+        import torch
+
+        points: list[OptionPoint] = inputs["points"][:: self.args.num_generations]  # each came num_generations times
+        mode = "train" if model.training else "eval"
+        log_probs = [self.log_probs(model, p) for p in points]
+        picks = [self.sample(lp) for lp in log_probs]
+        rewards = self.rewards(points, picks)
+        advantages = self.advantages(rewards)
+        terms = [
+            -a * lp[i]
+            for lp, idx, adv in zip(log_probs, picks, advantages, strict=True)
+            for i, a in zip(idx, adv, strict=True)
+        ]
+        loss = torch.stack(terms).mean()
+        self.record(mode, points, picks, rewards, log_probs)
+        return (loss, {}) if return_outputs else loss
+
+    def record(
+        self,
+        mode: str,
+        points: list[OptionPoint],
+        picks: list[list[int]],
+        rewards: list[list[float]],
+        log_probs: list[Any],
+    ) -> None:
+        """The step's figures for the logs: reward, its spread, how often the policy recovers, and how
+        sure it is (the entropy of pi)."""
+        flat = [r for group in rewards for r in group]
+        m = self.metrics[mode]
+        m["reward"].append(sum(flat) / len(flat))
+        m["frac_reward_zero_std"].append(sum(max(g) == min(g) for g in rewards) / len(rewards))
+        m["recover_share"].append(
+            sum(p.options[i] is not None for p, idx in zip(points, picks, strict=True) for i in idx) / len(flat)
+        )
+        m["entropy"].append(sum(float(-(lp.exp() * lp).sum().detach()) for lp in log_probs) / len(log_probs))
+        m["best_in_table"].append(
+            sum(p.values[i] == max(p.values) for p, idx in zip(points, picks, strict=True) for i in idx) / len(flat)
+        )
+
+    def prediction_step(self, model: Any, inputs: dict[str, Any], prediction_loss_only: bool, ignore_keys=None):
+        """Held-out points: the same sampling and rewards, no update (their figures log as eval_*)."""
+        import torch
+
+        with torch.no_grad():
+            loss = self.compute_loss(model, inputs)
+        return loss.detach(), None, None
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        mode = "eval" if any(k.startswith("eval_") for k in logs) else "train"
+        prefix = "eval_" if mode == "eval" else ""
+        for key, values in self.metrics[mode].items():
+            if values:
+                logs[prefix + key] = round(sum(values) / len(values), 4)
+        self.metrics[mode].clear()
+        super().log(logs, start_time)
+
+
+def trainable_value_model(value_adapter: str, model_args: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """(the value adapter on its base model, trainable; its tokenizer; its card)."""
+    from peft import PeftModel
+
+    from rir_runtime.llm.card import base_model_location, read_card
+    from train.value import scalar_head_model, value_tokenizer
+
+    card = read_card(value_adapter, "value")
+    base_path = base_model_location(card)
+    tokenizer = value_tokenizer(value_adapter)
+    model = scalar_head_model(base_path, tokenizer, model_args)
+    return (
+        PeftModel.from_pretrained(model, value_adapter, is_trainable=True),
+        tokenizer,
+        {**card, "base_path": base_path},
+    )
+
+
+def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tuple[Any, dict[str, Any]]:
+    """(OptionGRPOTrainer on the value adapter, the adapter card's fields)."""
+    from train.distributed import check_launch, main_process_first
+    from train.grpo import NoSignalWarning, reward_settings
+    from train.value import VALUE_DECISIONS, label_values
+
+    check_launch(training_args)
+    if training_args.world_size > 1:
+        raise UserInputError(
+            "GRPO of a value adapter runs in one process (its option passes call the model's body and head "
+            "directly, outside distributed data parallel): launch it on one GPU or the CPU"
+        )
+    if training_args.beta:
+        raise UserInputError("GRPO of a value adapter has no KL term: set --beta 0")
+    if training_args.activation_checkpointing:  # GRPOConfig's default; it would turn the model's cache off
+        print("note: activation checkpointing off: the options of a point are scored over its prompt's cache")
+        training_args.activation_checkpointing = training_args.gradient_checkpointing = False
+    generations = training_args.num_generations
+    for key in ("per_device_train_batch_size", "per_device_eval_batch_size"):
+        if getattr(training_args, key) % generations:
+            raise UserInputError(
+                f"{key} ({getattr(training_args, key)}) must be a multiple of num_generations ({generations}) for a "
+                "value adapter: a batch holds whole groups of one point's sampled options"
+            )
+    online = script_args.reward == "online"
+    need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
+    with main_process_first(training_args, "preparing the model and decision points"):
+        model, tokenizer, start_card = trainable_value_model(script_args.value_adapter, model_args)
+        train_points = load_points(
+            script_args, script_args.train_split, script_args.max_train_samples, training_args.seed, online
+        )
+        eval_points = (
+            load_points(script_args, script_args.eval_split, script_args.max_eval_samples, training_args.seed, online)
+            if need_eval
+            else None
+        )
+    training_args.remove_unused_columns = False
+    reward = (
+        OnlineReward(
+            script_args.rollback_cost, script_args.call_cost, script_args.reward_workers, script_args.reward_executor
+        )
+        if online
+        else None
+    )
+    trainer = OptionGRPOTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_points,
+        eval_dataset=eval_points,
+        processing_class=tokenizer,
+        reward=reward,
+        callbacks=[NoSignalWarning(), *([OnlineRewardLog(reward)] if reward else [])],
+    )
+    card = dict(
+        base_model=start_card["base_model"],
+        base_model_path=start_card["base_path"],
+        decision_types=VALUE_DECISIONS,
+        fingerprints={},
+        stage="grpo",
+        kind="value",
+        extra={
+            "value_adapter": script_args.value_adapter,
+            "label_values": label_values(script_args.data),
+            "rewards": reward_settings(script_args),
+            "decision_points": len(train_points),
+            "spread_only": script_args.spread_only,
+        },
+    )
+    return trainer, card
