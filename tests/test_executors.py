@@ -144,9 +144,10 @@ def test_a_session_keeps_its_workers_across_batches(executor: LocalExecutor) -> 
         second = set(session.map(list(range(8))))
     finally:
         session.close()
-    assert first == second and len(first) <= executor.workers, (first, second)
+    # which of its workers a batch reaches depends on the load; none is made for the second batch
+    assert len(first | second) <= executor.workers, (first, second)
     one_off = set(executor.map_unordered(worker_identity, list(range(8))))
-    assert one_off.isdisjoint(first) or executor.workers == 1  # a new map without the session: new workers
+    assert one_off.isdisjoint(first | second) or executor.workers == 1  # a new map without the session: new workers
 
 
 # --- choosing an executor ---------------------------------------------------------------------------
