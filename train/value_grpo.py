@@ -29,7 +29,7 @@ import json
 import random
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from transformers import Trainer
 
@@ -119,7 +119,10 @@ class OptionGRPOTrainer(Trainer):
     """A Trainer whose loss is the option policy's group-relative policy gradient (module docstring)."""
 
     def __init__(self, *args: Any, reward: OnlineReward | None, **kwargs: Any) -> None:
-        super().__init__(*args, data_collator=collate_points, **kwargs)
+        kwargs["data_collator"] = collate_points
+        super().__init__(*args, **kwargs)
+        self.grpo: Any = self.args  # a GRPOConfig: num_generations, temperature, scale_rewards
+        self.tokenizer: Any = self.processing_class
         self.reward = reward  # None: the table's values
         self.metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
         self.sampler = random.Random(self.args.seed)
@@ -133,16 +136,16 @@ class OptionGRPOTrainer(Trainer):
         from trl.trainer.utils import RepeatSampler
 
         return RepeatSampler(
-            data_source=dataset if dataset is not None else self.train_dataset,
-            mini_repeat_count=self.args.num_generations,
-            batch_size=self.args.generation_batch_size // self.args.num_generations,
+            data_source=cast(Any, dataset if dataset is not None else self.train_dataset),
+            mini_repeat_count=self.grpo.num_generations,
+            batch_size=self.grpo.generation_batch_size // self.grpo.num_generations,
             seed=self.args.seed,
         )
 
     def _get_eval_sampler(self, eval_dataset: Any) -> Any:
         from trl.trainer.utils import RepeatSampler
 
-        return RepeatSampler(data_source=eval_dataset, mini_repeat_count=self.args.num_generations, seed=self.args.seed)
+        return RepeatSampler(data_source=eval_dataset, mini_repeat_count=self.grpo.num_generations, seed=self.args.seed)
 
     def log_probs(self, model: Any, point: OptionPoint) -> Any:
         """log pi(o | point) for every option, differentiable."""
@@ -151,17 +154,17 @@ class OptionGRPOTrainer(Trainer):
         from rir_runtime.llm.value import encode, option_scores, prompt_cache, split_head
 
         body, head = split_head(self.accelerator.unwrap_model(model))
-        tokenizer = self.processing_class
+        tokenizer = self.tokenizer
         encoded = [encode(tokenizer, point.prompt, text) for text in point.texts]
         prompt_ids = encoded[0][0]
         cache = prompt_cache(body, prompt_ids)
         scores = option_scores(body, head, cache, len(prompt_ids), [ids for _, ids in encoded], tokenizer.pad_token_id)
-        return torch.log_softmax(scores / self.args.temperature, dim=-1)
+        return torch.log_softmax(scores / self.grpo.temperature, dim=-1)
 
     def sample(self, log_probs: Any) -> list[int]:
         """`num_generations` option indices drawn from pi (seeded: a resumed run draws its own)."""
         weights = log_probs.detach().exp().tolist()
-        return self.sampler.choices(range(len(weights)), weights=weights, k=self.args.num_generations)
+        return self.sampler.choices(range(len(weights)), weights=weights, k=self.grpo.num_generations)
 
     def rewards(self, points: list[OptionPoint], picks: list[list[int]]) -> list[list[float]]:
         """Each sampled option's reward: played out from its point's restored state, or its table value."""
@@ -182,14 +185,14 @@ class OptionGRPOTrainer(Trainer):
         out = []
         for group in rewards:
             mean = sum(group) / len(group)
-            scale = {"group": statistics.pstdev(group), "batch": batch_std}.get(str(self.args.scale_rewards), 1.0)
+            scale = {"group": statistics.pstdev(group), "batch": batch_std}.get(str(self.grpo.scale_rewards), 1.0)
             out.append([(r - mean) / (scale + 1e-4) if scale else r - mean for r in group])
         return out
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch=None):
         import torch
 
-        points: list[OptionPoint] = inputs["points"][:: self.args.num_generations]  # each came num_generations times
+        points: list[OptionPoint] = inputs["points"][:: self.grpo.num_generations]  # each came num_generations times
         mode = "train" if model.training else "eval"
         log_probs = [self.log_probs(model, p) for p in points]
         picks = [self.sample(lp) for lp in log_probs]
