@@ -25,7 +25,7 @@ from typing import Any
 
 from data_gen.hindsight import RECOVER_MARGIN, context_for
 from data_gen.points import DecisionPoint, ended
-from rir_runtime.controllers.options import CONTINUE, option_text, value_prompt
+from rir_runtime.controllers.options import option_text, value_prompt
 from rir_runtime.values import complete_values
 
 VALUE_DATASET = "value_pref"
@@ -89,8 +89,8 @@ def value_rows(
         rows.append(
             {
                 "prompt": prompt,
-                "chosen": CONTINUE if better is None else option_text(ctx, better),
-                "rejected": CONTINUE if worse is None else option_text(ctx, worse),
+                "chosen": option_text(ctx, better),
+                "rejected": option_text(ctx, worse),
                 "meta": {
                     **meta,
                     "decision": "value",

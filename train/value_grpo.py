@@ -61,7 +61,7 @@ class OptionPoint:
 def option_points(rows: Any) -> list[OptionPoint]:
     """The distinct decision points of `value_pref` rows (a point's pairs share its prompt, context and
     value table), its options ordered as the controller scores them: going on, then the latest first."""
-    from rir_runtime.controllers.options import CONTINUE, option_text
+    from rir_runtime.controllers.options import option_text
     from rir_runtime.prompts import DecisionContext
 
     points: dict[tuple[str, int], OptionPoint] = {}
@@ -78,7 +78,7 @@ def option_points(rows: Any) -> list[OptionPoint]:
         points[key] = OptionPoint(
             prompt=prompt,
             options=tuple(parsed),
-            texts=tuple(CONTINUE if o is None else option_text(ctx, o) for o in parsed),
+            texts=tuple(option_text(ctx, o) for o in parsed),
             values=tuple(float(table[o]) for o in options),
             job=meta.get("job") or "",
             review_index=int(meta.get("review_index") or 0),
@@ -126,9 +126,6 @@ class OptionGRPOTrainer(Trainer):
         self.reward = reward  # None: the table's values
         self.metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
         self.sampler = random.Random(self.args.seed)
-
-    def _remove_unused_columns(self, dataset: Any, description: str | None = None) -> Any:
-        return dataset  # points, not a table of model inputs
 
     def _get_train_sampler(self, dataset: Any = None) -> Any:
         """Each point `num_generations` times in a row, as TRL's GRPO samples prompts: a batch of

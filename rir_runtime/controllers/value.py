@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from rir_runtime.controllers.heuristic import HeuristicController
-from rir_runtime.controllers.options import CONTINUE, option_text, value_prompt
+from rir_runtime.controllers.options import option_text, value_prompt
 from rir_runtime.controllers.rules import latest_admissible_in, segments_containing
 from rir_runtime.decisions import Decision, Review
 from rir_runtime.prompts import DecisionContext, approx_tokens
@@ -45,7 +45,7 @@ class ValueController(HeuristicController):
     def _scores(self, ctx: DecisionContext, checkpoints: list[int], with_continue: bool) -> dict[int | None, float]:
         """Scores of continuing (key None) and of recovering to each checkpoint, in one batched pass."""
         options: list[int | None] = ([None] if with_continue else []) + sorted(checkpoints, reverse=True)
-        texts = [CONTINUE if o is None else option_text(ctx, o) for o in options]
+        texts = [option_text(ctx, o) for o in options]
         return dict(zip(options, self.scorer.score(value_prompt(ctx), texts), strict=True))
 
     def _considered(self, ctx: DecisionContext) -> list[int]:
