@@ -71,6 +71,14 @@ def worker_identity() -> Callable[[int], tuple[int, int]]:
     return lambda _item: (os.getpid(), id(made))
 
 
+def torch_threads() -> Callable[[int], tuple[str | None, int]]:
+    """A worker that answers with its OpenMP setting and torch's thread count (torch imported after
+    the worker process started, as an episode's model is)."""
+    import torch
+
+    return lambda _item: (os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads())
+
+
 def strip_timing(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in ("wall_s", "controller_seconds")}  # timings
 
@@ -148,6 +156,15 @@ def test_a_session_keeps_its_workers_across_batches(executor: LocalExecutor) -> 
     assert len(first | second) <= executor.workers, (first, second)
     one_off = set(executor.map_unordered(worker_identity, list(range(8))))
     assert one_off.isdisjoint(first | second) or executor.workers == 1  # a new map without the session: new workers
+
+
+def test_worker_processes_share_the_cpu_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers each starting a thread per core would run twice as many spinning threads as cores."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)  # the parent computes the share
+    assert set(LocalExecutor(2, 1).map_unordered(torch_threads, list(range(4)))) == {("2", 2)}
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a user's own setting wins
+    assert set(LocalExecutor(2, 1).map_unordered(torch_threads, list(range(4)))) == {("1", 1)}
 
 
 # --- choosing an executor ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import logging
 import math
 import multiprocessing as mp
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -187,8 +188,21 @@ class LazyWorker:
 _PROCESS_WORKER: list[LazyWorker] = []  # the worker of a pool process
 
 
-def _init_process(make_worker: WorkerFactory[Any, Any]) -> None:
+def _init_process(make_worker: WorkerFactory[Any, Any], cpu_threads: int) -> None:
+    share_cpus(cpu_threads)
     _PROCESS_WORKER.append(LazyWorker(make_worker))
+
+
+def share_cpus(cpu_threads: int) -> None:
+    """Give this worker process its share of the CPU's threads, unless the user set OpenMP's count.
+    Each torch process otherwise starts one thread per core: two workers on two cores would run four
+    spinning threads. With one thread each, two workers ran model-controlled episodes a third faster
+    than one worker of two threads (`rir eval`, prompted and value controllers, 2-core CPU)."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return
+    os.environ["OMP_NUM_THREADS"] = str(cpu_threads)  # read by torch when it is first imported
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(cpu_threads)
 
 
 def _process_chunk(chunk: list[T]) -> Chunk:
@@ -258,7 +272,8 @@ class Processes:
 
     def __init__(self, make_worker: WorkerFactory[Any, Any], workers: int) -> None:
         self.workers = workers
-        self.pool = mp.get_context("spawn").Pool(workers, _init_process, (make_worker,))
+        cpu_threads = max(1, (os.cpu_count() or 1) // workers)
+        self.pool = mp.get_context("spawn").Pool(workers, _init_process, (make_worker, cpu_threads))
 
     def map(self, items: Sequence[Any]) -> Iterator[Any]:
         def submit(chunk: list[Any]) -> Future[Chunk]:
