@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from data_gen.build_config import LABEL_VALUES
 from data_gen.hindsight import REVIEW_TIES
 from eval.controller_eval import CONTROLLER_EVAL
-from eval.paired import combine, find_comparison
+from eval.paired import PairedComparison, combine, find_comparison
 from eval.summary import SUMMARY
 from rir_runtime.errors import UserInputError
 from rir_runtime.orchestration.launch import LAUNCHERS, last_complete_checkpoint, run_training, train_command
@@ -412,14 +412,22 @@ def pooled_rir_controllers(evals: list[dict[str, Any]]) -> dict[str, tuple[float
 
 
 def headline(specs: list[str], evals: list[dict[str, Any]]) -> list[str]:
-    """The RIR controller comparison on the test split. A winner is named only where the paired test
-    says so: the best controller beats every other one at p < 0.05 (exact McNemar, pooled over the
-    suites); otherwise "no significant difference", with the discordant counts. Agent calls never
-    break a tie: a rule costs none, so a tie would always go to it."""
+    """The RIR controller comparison on the test split: the best controller against the others, then
+    each trained controller against the heuristic and the prompted base."""
     pooled = pooled_rir_controllers(evals)
     if not pooled:
         return ["No RIR episodes were evaluated, so no controller comparison is available."]
     ranked = sorted(pooled, key=lambda c: -pooled[c][0])
+    return best_controller_line(ranked, pooled, evals) + trained_controller_lines(ranked, pooled, evals)
+
+
+def best_controller_line(
+    ranked: list[str], pooled: dict[str, tuple[float, int, float]], evals: list[dict[str, Any]]
+) -> list[str]:
+    """A winner is named only where the paired test says so: the best controller beats every other one
+    at p < 0.05 (exact McNemar, pooled over the suites); otherwise "no significant difference", with
+    the discordant counts. Agent calls never break a tie: a rule costs none, so a tie would always go
+    to it."""
     best = ranked[0]
 
     def rate(c: str) -> str:
@@ -427,7 +435,7 @@ def headline(specs: list[str], evals: list[dict[str, Any]]) -> list[str]:
 
     if len(ranked) == 1:
         return [f"Only `{best}` was evaluated with RIR: {pooled[best][0]:.1%} over {pooled[best][1]} test episodes."]
-    tests = {c: combine(x for e in evals if (x := find_comparison(e, f"rir/{best}", f"rir/{c}"))) for c in ranked[1:]}
+    tests = {c: paired_pool(evals, best, c) for c in ranked[1:]}
     counts = "; ".join(
         f"vs `{c}` {t.a_only} vs {t.b_only} discordant, p = {t.p_value:.3g}" for c, t in tests.items() if t
     )
@@ -443,6 +451,32 @@ def headline(specs: list[str], evals: list[dict[str, Any]]) -> list[str]:
         f"each (exact McNemar, p >= 0.05 for at least one pair): {', '.join(rate(c) for c in ranked)}. "
         f"Paired, the highest rate {counts}.",
     ]
+
+
+def trained_controller_lines(
+    ranked: list[str], pooled: dict[str, tuple[float, int, float]], evals: list[dict[str, Any]]
+) -> list[str]:
+    """Each trained controller (`tuned:`, `value:`) against the rule and the prompted base, paired: what a
+    user of the pipeline asks first, stated even where the trained controller is not the best."""
+    references = [c for c in ranked if c == "heuristic" or c.startswith("prompted:")]
+    lines = []
+    for trained in (c for c in ranked if c.startswith(("tuned:", "value:"))):
+        tests = [(ref, t) for ref in references if (t := paired_pool(evals, trained, ref))]
+        if tests:
+            lines.append(
+                f"Trained controller `{trained}` ({pooled[trained][0]:.1%}): "
+                + "; ".join(
+                    f"vs `{ref}` ({pooled[ref][0]:.1%}) {t.a_only} vs {t.b_only} discordant, p = {t.p_value:.3g}"
+                    for ref, t in tests
+                )
+                + "."
+            )
+    return lines
+
+
+def paired_pool(evals: list[dict[str, Any]], a: str, b: str) -> PairedComparison | None:
+    """Controller `a` against `b` in paired RIR episodes, pooled over the suites."""
+    return combine(x for e in evals if (x := find_comparison(e, f"rir/{a}", f"rir/{b}")))
 
 
 def offline_verdict(ce_dir: Path, specs: list[str]) -> list[str]:

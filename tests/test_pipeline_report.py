@@ -67,3 +67,13 @@ def test_value_names_the_value_controller_and_is_refused_without_one() -> None:
     assert controller_specs("value", cfg, Path("runs/x/sft"), Path("runs/x/value")) == ["value:runs/x/value"]
     with pytest.raises(UserInputError, match="no value_config"):
         controller_specs("value", cfg, Path("runs/x/sft"))
+
+
+def test_the_trained_controller_is_stated_against_the_rule_and_the_base_even_when_it_is_not_best() -> None:
+    summary = summary_of({"rir/heuristic": "1111111100", "rir/value:v": "1111110000", "rir/prompted:m": "1100000000"})
+    lines = headline([], [summary])
+    assert lines[0].startswith("**No significant difference**")
+    assert lines[1] == (
+        "Trained controller `value:v` (60.0%): vs `heuristic` (80.0%) 0 vs 2 discordant, p = 0.5; "
+        "vs `prompted:m` (20.0%) 4 vs 0 discordant, p = 0.125."
+    )
