@@ -124,7 +124,7 @@ def test_quickstart_pipeline_runs_and_caches(tmp_path: Path) -> None:
     assert (tmp_path / "sft" / "rir_controller.json").exists()
     summary = json.loads((tmp_path / "eval-builtin" / "summary.json").read_text())
     assert {"react", "rir/heuristic", f"rir/prompted:{cfg.base_model}"} <= set(summary["methods"])
-    assert any(k.startswith("rir/tuned:") for k in summary["methods"])
+    assert any(k.startswith("rir/value:") for k in summary["methods"])
 
     def stamps() -> dict[str, float]:
         return {p.parent.name: p.stat().st_mtime_ns for p in tmp_path.glob("*/stage.json")}
