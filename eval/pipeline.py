@@ -342,13 +342,9 @@ def controller_eval_stage(
     row group; every adapter trained (SFT, then DPO) is scored, so the report says what DPO adds."""
     from eval.controller_eval import ControllerEvalConfig, evaluate_controllers
 
-    tuned = [f"tuned:{a}" for a in adapters]
-    controllers = [
-        c for s in specs if s not in ("oracle", "oracle-agent") for c in (tuned if s.startswith("tuned:") else [s])
-    ]
     cc = ControllerEvalConfig(
         data=str(data),
-        controller=controllers,
+        controller=offline_controllers(specs, adapters),
         max_rows=cfg.controller_eval_rows,
         max_reflect_rows=cfg.controller_eval_reflect_rows,
     )
@@ -359,6 +355,17 @@ def controller_eval_stage(
 
     settings = {**_key_settings(cc, "controller max_rows max_reflect_rows"), "groups": groups}
     return stages.run("controller-eval", settings, fn, inputs=[data.name, *(a.name for a in trained)])
+
+
+def offline_controllers(specs: list[str], adapters: list[Path]) -> list[str]:
+    """The controllers scored offline: the online ones but the oracles (no offline decisions), with
+    `tuned:` standing for every adapter trained; and the adapters where no online controller uses one
+    (the quickstart runs only the value controller online), since a trained adapter goes unmeasured
+    otherwise."""
+    tuned = [f"tuned:{a}" for a in adapters]
+    online = [s for s in specs if s not in ("oracle", "oracle-agent")]
+    controllers = [c for s in online for c in (tuned if s.startswith("tuned:") else [s])]
+    return controllers if any("tuned:" in s for s in online) else controllers + tuned
 
 
 def eval_stage(stages: Stages, cfg: PipelineConfig, suite: Suite, trained: list[Path], specs: list[str]) -> Path:

@@ -77,3 +77,23 @@ def test_the_trained_controller_is_stated_against_the_rule_and_the_base_even_whe
         "Trained controller `value:v` (60.0%): vs `heuristic` (80.0%) 0 vs 2 discordant, p = 0.5; "
         "vs `prompted:m` (20.0%) 4 vs 0 discordant, p = 0.125."
     )
+
+
+def test_every_trained_adapter_is_scored_offline_even_when_none_runs_online() -> None:
+    from eval.pipeline import offline_controllers
+
+    sft, dpo = Path("runs/x/sft"), Path("runs/x/dpo")
+    online = ["heuristic", "prompted:m", "tuned:runs/x/dpo", "oracle-agent"]
+    assert offline_controllers(online, [sft, dpo]) == [
+        "heuristic",
+        "prompted:m",
+        "tuned:runs/x/sft",
+        "tuned:runs/x/dpo",
+    ]
+    assert offline_controllers(["heuristic", "value:runs/x/value"], [sft]) == [
+        "heuristic",
+        "value:runs/x/value",
+        "tuned:runs/x/sft",
+    ]
+    served = "when=tuned:runs/x/sft;where=tuned:runs/x/sft;what=heuristic"  # uses the adapter already
+    assert offline_controllers([served], [sft]) == [served]
