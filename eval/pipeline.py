@@ -486,17 +486,18 @@ def paired_pool(evals: list[dict[str, Any]], a: str, b: str) -> PairedComparison
     return combine(x for e in evals if (x := find_comparison(e, f"rir/{a}", f"rir/{b}")))
 
 
-def offline_verdict(ce_dir: Path, specs: list[str]) -> list[str]:
+def offline_verdict(ce_dir: Path) -> list[str]:
     """Does the tuned adapter beat its base model offline (review F1, restore point exact)? Said plainly,
     once per row group."""
     folders = sorted(p.parent for p in ce_dir.glob(f"**/{CONTROLLER_EVAL}"))
-    return [line for d in folders for line in _verdict(d, specs, f" ({d.name} rows)" if d != ce_dir else "")]
+    return [line for d in folders for line in _verdict(d, f" ({d.name} rows)" if d != ce_dir else "")]
 
 
-def _verdict(ce_dir: Path, specs: list[str], rows: str) -> list[str]:
-    results = {r["controller"]: r for r in _load(ce_dir / CONTROLLER_EVAL).get("results", [])}
-    tuned = next((results[s] for s in specs if s.startswith("tuned:") and s in results), None)
-    base = next((results[s] for s in specs if s.startswith("prompted:") and s in results), None)
+def _verdict(ce_dir: Path, rows: str) -> list[str]:
+    """The last adapter scored (DPO's, after SFT's) against the prompted base, whichever of them ran online."""
+    results = _load(ce_dir / CONTROLLER_EVAL).get("results", [])
+    tuned = next((r for r in reversed(results) if r["controller"].startswith("tuned:")), None)
+    base = next((r for r in results if r["controller"].startswith("prompted:")), None)
     if not tuned or not base:
         return []
     better: list[str] = []
@@ -541,7 +542,7 @@ def final_report(
     lines = (
         ["# RIR pipeline report", ""]
         + headline(specs, evals)
-        + offline_verdict(ce_dir, specs)
+        + offline_verdict(ce_dir)
         + [
             "",
             f"Base model `{cfg.base_model}`, policy `{cfg.policy}` (error rate {cfg.error_rate}), "

@@ -72,15 +72,15 @@ def test_rows_of_the_agent_and_of_the_expert_are_scored_apart() -> None:
 
 
 def test_the_offline_verdict_is_said_once_per_row_group(tmp_path: Path) -> None:
-    specs = ["heuristic", "prompted:m", "tuned:runs/p/dpo"]
     for group, tuned_f1 in (("agent", 0.6), ("expert", 0.2)):
         results = [
             {"controller": "prompted:m", "review_f1": 0.4, "where_exact": 0.1},
+            {"controller": "tuned:runs/p/sft", "review_f1": 0.0, "where_exact": 0.0},  # the DPO adapter's start
             {"controller": "tuned:runs/p/dpo", "review_f1": tuned_f1, "where_exact": 0.3},
         ]
         (tmp_path / group).mkdir()
         (tmp_path / group / "controller_eval.json").write_text(json.dumps({"results": results}))
-    agent, expert = offline_verdict(tmp_path, specs)
+    agent, expert = offline_verdict(tmp_path)
     assert "(agent rows), the tuned adapter beats its base model: review F1" in agent
     assert "(expert rows), the tuned adapter beats its base model on restore point exact, end to end" in expert
     assert "but not on review F1 (recover) 20.0% vs 40.0%" in expert
