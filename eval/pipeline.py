@@ -200,7 +200,7 @@ def run_pipeline(cfg: PipelineConfig) -> Path:
     eval_dirs = [eval_stage(stages, cfg, suite, trained, specs) for suite in cfg.suites if suite.test_variations]
 
     report = root / "report.md"
-    report.write_text(final_report(cfg, specs, ce_dir, eval_dirs, stages.timings, time.perf_counter() - start))
+    report.write_text(final_report(cfg, ce_dir, eval_dirs, stages.timings, time.perf_counter() - start))
     (root / "pipeline.json").write_text(json.dumps(asdict(cfg), indent=2, default=str) + "\n")
     print(f"[pipeline] done in {time.perf_counter() - start:.0f}s; report: {report}", file=sys.stderr)
     return report
@@ -418,7 +418,7 @@ def pooled_rir_controllers(evals: list[dict[str, Any]]) -> dict[str, tuple[float
     return {c: (wins / n, int(n), calls / n) for c, (wins, n, calls) in pooled.items() if n}
 
 
-def headline(specs: list[str], evals: list[dict[str, Any]]) -> list[str]:
+def headline(evals: list[dict[str, Any]]) -> list[str]:
     """The RIR controller comparison on the test split: the best controller against the others, then
     each trained controller against the heuristic and the prompted base."""
     pooled = pooled_rir_controllers(evals)
@@ -534,14 +534,14 @@ def _bound(cfg: PipelineConfig) -> str:
 
 
 def final_report(
-    cfg: PipelineConfig, specs: list[str], ce_dir: Path, eval_dirs: list[Path], timings: dict[str, float], wall_s: float
+    cfg: PipelineConfig, ce_dir: Path, eval_dirs: list[Path], timings: dict[str, float], wall_s: float
 ) -> str:
     from eval.report import table
 
     evals = [_load(d / SUMMARY) for d in eval_dirs]
     lines = (
         ["# RIR pipeline report", ""]
-        + headline(specs, evals)
+        + headline(evals)
         + offline_verdict(ce_dir)
         + [
             "",

@@ -24,19 +24,19 @@ def summary_of(outcomes: dict[str, str]) -> dict:
 def test_a_tie_names_no_winner_and_gives_the_discordant_counts() -> None:
     """The quickstart's old headline broke a 0 vs 0 tie by agent calls, which always favours the rule."""
     summary = summary_of({"rir/heuristic": "11110000", "rir/prompted:m": "11110000", "react": "11110000"})
-    line = " ".join(headline([], [summary]))
+    line = " ".join(headline([summary]))
     assert "Winner" not in line and "No significant difference" in line and "0 vs 0 discordant, p = 1" in line
 
 
 def test_a_lead_that_the_test_does_not_support_names_no_winner() -> None:
     summary = summary_of({"rir/tuned:a": "1111100000", "rir/heuristic": "1110000000"})  # 2 vs 0: p = 0.5
-    line = " ".join(headline([], [summary]))
+    line = " ".join(headline([summary]))
     assert "Winner" not in line and "2 vs 0 discordant, p = 0.5" in line
 
 
 def test_a_significant_lead_over_every_other_controller_is_a_winner() -> None:
     summary = summary_of({"rir/tuned:a": "1" * 12 + "0" * 4, "rir/heuristic": "0" * 16, "rir/oracle": "0" * 16})
-    lines = headline([], [summary])
+    lines = headline([summary])
     assert lines[0].startswith("**Winner: `tuned:a`**") and "12 vs 0 discordant" in lines[0]
 
 
@@ -44,7 +44,7 @@ def test_a_winner_must_beat_every_other_controller_not_only_the_runner_up() -> N
     summary = summary_of(
         {"rir/tuned:a": "1" * 12 + "0" * 4, "rir/heuristic": "1" * 11 + "0" * 5, "rir/prompted:m": "0" * 16}
     )
-    assert "No significant difference" in headline([], [summary])[0]
+    assert "No significant difference" in headline([summary])[0]
 
 
 def test_a_served_form_with_a_model_slot_is_evaluated_with_the_adapter_and_its_prompted_base() -> None:
@@ -71,7 +71,7 @@ def test_value_names_the_value_controller_and_is_refused_without_one() -> None:
 
 def test_the_trained_controller_is_stated_against_the_rule_and_the_base_even_when_it_is_not_best() -> None:
     summary = summary_of({"rir/heuristic": "1111111100", "rir/value:v": "1111110000", "rir/prompted:m": "1100000000"})
-    lines = headline([], [summary])
+    lines = headline([summary])
     assert lines[0].startswith("**No significant difference**")
     assert lines[1] == (
         "Trained controller `value:v` (60.0%): vs `heuristic` (80.0%) 0 vs 2 discordant, p = 0.5; "
