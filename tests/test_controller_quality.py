@@ -230,7 +230,8 @@ def test_calibration_keeps_threshold_zero_when_the_margins_rank_no_better_than_c
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Margins that order the rows backwards (every "recover" row lowest) would set a cut at an
-    extreme, an adapter that says one answer everywhere; the card keeps 0 and says why. The same rows
+    extreme, an adapter that says one answer everywhere; the card keeps 0 and says why. So do margins
+    a shade better than a coin (AUROC 0.583 on 12 rows, an interval far across 0.5). The same rows
     ranked the right way round do get a threshold."""
     from datasets import Dataset, DatasetDict
 
@@ -241,7 +242,8 @@ def test_calibration_keeps_threshold_zero_when_the_margins_rank_no_better_than_c
     DatasetDict({"calibration": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "data" / "review_sft"))
     card_path = tmp_path / "rir_controller.json"
     backwards = [-9.0 + 0.1 * i for i in range(12)]  # rises with the row index: "continue" rows score higher
-    for margins, fitted in ((backwards, False), (backwards[::-1], True)):
+    barely = [2 * k + 0.5 for k in range(6)] + [2.0 * k for k in range(6)]  # recover row k beats k + 1 of 6
+    for margins, fitted in ((backwards, False), (barely, False), (backwards[::-1], True)):
         card_path.write_text(json.dumps({"kind": "controller", "review_threshold": None}))
         monkeypatch.setattr(train.calibrate, "review_margins", lambda _dir, _metas, m=margins: m)
         record = train.calibrate.calibrate_review(str(tmp_path), str(tmp_path / "data"), min_per_label=5)
@@ -250,7 +252,8 @@ def test_calibration_keeps_threshold_zero_when_the_margins_rank_no_better_than_c
         if fitted:
             assert -8.5 < card["review_threshold"] < -8.2 and card["review_calibration"]["auroc"] == 1.0
         else:
-            assert card["review_threshold"] == 0.0 and card["review_calibration"]["auroc"] == 0.0
+            assert card["review_threshold"] == 0.0 and card["review_calibration"]["auroc"] in (0.0, 21 / 36)
+            assert card["review_calibration"]["auroc_low"] <= 0.5
             assert "no better than chance" in card["review_calibration"]["skipped"]
 
 

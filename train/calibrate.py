@@ -9,9 +9,10 @@ into the adapter card (`review_threshold`), and `tuned:<dir>` controllers decide
 A threshold fitted on a handful of rows is noise: with two "recover" rows it lands wherever those two
 margins happen to fall (a 9-row split once set +1.785, and the adapter never recovered online). Below
 `min_per_label` rows of either label the card keeps 0, the adapter's own argmax, and says why. So
-it does when the margins rank the rows no better than chance (AUROC <= 0.5): the best cut on such
-margins is whichever extreme the rows happen to favour (the demo's adapter, at AUROC 0.264 on 48
-rows, was set to say "recover" on every review).
+it does when the margins may rank the rows no better than chance (the AUROC's bootstrap 95% interval
+reaches 0.5): the best cut on such margins is whichever extreme the rows happen to favour (the
+demo's adapter, at AUROC 0.264 on 48 rows, was set to say "recover" on every review; an online-GRPO
+value adapter, at 0.513 on 120 rows, to recover wherever a restore scored above -8.3).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.scoring.answers import share_cap
-from data_gen.scoring.metrics import best_threshold, binary_quality
+from data_gen.scoring.metrics import auroc_ci, best_threshold, binary_quality
 from rir_runtime.errors import UserInputError
 from rir_runtime.llm.card import card_as_written, update_card
 
@@ -97,12 +98,14 @@ def calibrate_review(
     margins = review_margins(adapter_dir, metas)
     at_zero = binary_quality(labels, [m > 0 for m in margins], margins)
     ranking = at_zero.auroc or 0.0  # both labels are present, so it is defined
-    if ranking <= 0.5:  # the margin orders the rows no better than a coin: any cut on it fits noise
+    interval = auroc_ci(labels, margins) or [0.0, 1.0]
+    if interval[0] <= 0.5:  # the margin may order the rows no better than a coin: any cut on it fits noise
         reason = (
             f"the margins rank the {len(labels)} {split} review rows no better than chance (AUROC "
-            f"{ranking:.3f}), so the threshold stays 0: a cut on them would fit noise"
+            f"{ranking:.3f}, 95% interval [{interval[0]:.3f}, {interval[1]:.3f}] reaches 0.5), so the "
+            "threshold stays 0: a cut on them would fit noise"
         )
-        return keep_zero(adapter_dir, reason, split, metas, auroc=ranking)
+        return keep_zero(adapter_dir, reason, split, metas, auroc=ranking, auroc_low=interval[0])
     threshold = best_threshold(labels, margins)
     tuned = binary_quality(labels, [m > threshold for m in margins], margins)
     record = {
