@@ -15,8 +15,9 @@ from rir_runtime.controllers import make_controller
 from rir_runtime.controllers.options import CONTINUE, option_text, recovery_options, value_prompt
 from rir_runtime.controllers.value import ValueController
 from rir_runtime.envs.checkpoints import Step
+from rir_runtime.errors import UserInputError
 from rir_runtime.prompts import DecisionContext
-from train.value import balanced_pairs, contrast
+from train.value import balanced_pairs, contrast, pairs_by_source
 
 HISTORY = (
     Step(0, "read notebook", "The notebook reads: grind the garlic; slice the apple.", 20.0),
@@ -80,6 +81,18 @@ def test_balanced_pairs_teach_the_three_contrasts_equally_and_go_on_against_the_
     assert balanced_pairs(metas, 12, seed=0) == picked and balanced_pairs(metas, 12, seed=1) != picked
 
 
+def test_pairs_by_source_share_the_cap_equally_between_rollout_folders() -> None:
+    """Shuffled alone, 90 workshop pairs and 6 TextWorld ones would give a cap of 12 about one TextWorld
+    pair; shared by folder, the small folder gives all it has and the large one fills the rest."""
+    metas = [{"source_run": "runs/r/rollout-builtin"}] * 90 + [{"source_run": "runs/r/rollout-textworld"}] * 6
+    metas += [{"source_run": "runs/r/rollout-scienceworld"}] * 20
+    picked = pairs_by_source(metas, 15)
+    by_folder = Counter(metas[i]["source_run"].rsplit("-", 1)[1] for i in picked)
+    assert len(picked) == len(set(picked)) == 15 and by_folder == {"builtin": 5, "textworld": 5, "scienceworld": 5}
+    few = Counter(metas[i]["source_run"].rsplit("-", 1)[1] for i in pairs_by_source(metas, 30))
+    assert few == {"textworld": 6, "scienceworld": 12, "builtin": 12}  # 6 is all TextWorld has: the rest share
+
+
 # --- the controller, with a scorer that reads the text ---------------------------------------------
 class Reader:
     """A stand-in scorer: high for the option that names `culprit`, `base` for going on."""
@@ -123,7 +136,6 @@ def test_a_long_branch_is_valued_on_every_checkpoint_up_to_the_cap() -> None:
 
 
 def test_value_controllers_are_named_by_their_adapter_folder(tmp_path: Path) -> None:
-    from rir_runtime.errors import UserInputError
 
     with pytest.raises(UserInputError, match="does not exist"):
         make_controller(f"value:{tmp_path / 'missing'}")
@@ -260,3 +272,14 @@ def test_shipped_value_config_builds_and_trains_one_step(config: Path, value_dat
     trainer, card = value.build_trainer(*parse_train_args(value.make_parser(), argv))
     trainer.train()
     assert trainer.state.global_step == 1 and card["stage"] == "value" and card["kind"] == "value"
+
+
+def test_value_training_takes_one_way_of_picking_its_pairs(value_data: Path, tmp_path: Path) -> None:
+    from tests.test_train import FAST
+    from train import value
+    from train.args import parse_train_args
+
+    argv = ["--config", str(VALUE_CONFIGS[0]), *FAST, "--data", str(value_data), "--output_dir", str(tmp_path),
+            "--balance_pairs", "true", "--balance_sources", "true"]  # fmt: skip
+    with pytest.raises(UserInputError, match="balance_pairs and balance_sources .* set one of them"):
+        value.build_trainer(*parse_train_args(value.make_parser(), argv))

@@ -84,7 +84,8 @@ class TrainScriptArguments:
         default=False,
         metadata={
             "help": "with balance_review / balance_locate: within each answer class, give every rollout folder "
-            "(meta.source_run) an equal share, so a small folder (the agent's own rollouts) is not drowned"
+            "(meta.source_run) an equal share, so a small folder (the agent's own rollouts) is not drowned; "
+            "for the value controller: its max_train_samples pairs shared equally by the rollout folders"
         },
     )
 
