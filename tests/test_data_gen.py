@@ -53,6 +53,24 @@ def test_rollout_resumes_after_a_kill_without_duplicates(tmp_path: Path) -> None
     assert len(ids) == len(set(ids)) == total == len(rollout_jobs(cfg))
 
 
+def test_a_build_does_not_depend_on_the_order_workers_wrote_the_episodes(run_dir: Path, tmp_path: Path) -> None:
+    """Parallel rollout workers append episodes as they finish; the same episodes in another order
+    must give the same datasets, row for row (a seeded shuffle then draws the same training pairs)."""
+    from datasets import load_from_disk
+
+    shuffled = tmp_path / "shuffled"
+    shuffled.mkdir()
+    (shuffled / "run.json").write_text((run_dir / "run.json").read_text())
+    lines = (run_dir / "episodes-0.jsonl").read_text().splitlines()
+    (shuffled / "episodes-0.jsonl").write_text("\n".join(lines[::-1]) + "\n")
+    for name, folder in (("a", run_dir), ("b", shuffled)):
+        build(BuildConfig(rollouts=[str(folder)], out=str(tmp_path / name)))
+    for dataset in ("review_sft", "value_pref"):
+        a, b = (load_from_disk(str(tmp_path / n / dataset))["train"] for n in "ab")
+        assert len(a) > 0 and a["prompt"] == b["prompt"]
+        assert [m["episode_id"] for m in a["meta"]] == [m["episode_id"] for m in b["meta"]]
+
+
 def test_rollout_refuses_a_different_config_in_the_same_folder(run_dir: Path) -> None:
     with pytest.raises(UserInputError, match="different config.*error_rate"):
         rollout(RolloutConfig(env="builtin", tasks=["workshop-3"], variations="0-11", out=str(run_dir), error_rate=0.5))
