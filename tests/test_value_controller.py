@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from data_gen.scoring.answers import share_by_source
 from data_gen.value_rows import ranked_pairs
 from rir_runtime.controllers import make_controller
 from rir_runtime.controllers.options import CONTINUE, option_text, recovery_options, value_prompt
@@ -17,7 +18,7 @@ from rir_runtime.controllers.value import ValueController
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError
 from rir_runtime.prompts import DecisionContext
-from train.value import balanced_pairs, contrast, pairs_by_source
+from train.value import balanced_pairs, contrast
 
 HISTORY = (
     Step(0, "read notebook", "The notebook reads: grind the garlic; slice the apple.", 20.0),
@@ -81,15 +82,15 @@ def test_balanced_pairs_teach_the_three_contrasts_equally_and_go_on_against_the_
     assert balanced_pairs(metas, 12, seed=0) == picked and balanced_pairs(metas, 12, seed=1) != picked
 
 
-def test_pairs_by_source_share_the_cap_equally_between_rollout_folders() -> None:
+def test_value_pairs_share_the_cap_equally_between_rollout_folders() -> None:
     """Shuffled alone, 90 workshop pairs and 6 TextWorld ones would give a cap of 12 about one TextWorld
     pair; shared by folder, the small folder gives all it has and the large one fills the rest."""
     metas = [{"source_run": "runs/r/rollout-builtin"}] * 90 + [{"source_run": "runs/r/rollout-textworld"}] * 6
     metas += [{"source_run": "runs/r/rollout-scienceworld"}] * 20
-    picked = pairs_by_source(metas, 15)
+    picked = share_by_source(metas, 15)
     by_folder = Counter(metas[i]["source_run"].rsplit("-", 1)[1] for i in picked)
     assert len(picked) == len(set(picked)) == 15 and by_folder == {"builtin": 5, "textworld": 5, "scienceworld": 5}
-    few = Counter(metas[i]["source_run"].rsplit("-", 1)[1] for i in pairs_by_source(metas, 30))
+    few = Counter(metas[i]["source_run"].rsplit("-", 1)[1] for i in share_by_source(metas, 30))
     assert few == {"textworld": 6, "scienceworld": 12, "builtin": 12}  # 6 is all TextWorld has: the rest share
 
 
@@ -136,7 +137,6 @@ def test_a_long_branch_is_valued_on_every_checkpoint_up_to_the_cap() -> None:
 
 
 def test_value_controllers_are_named_by_their_adapter_folder(tmp_path: Path) -> None:
-
     with pytest.raises(UserInputError, match="does not exist"):
         make_controller(f"value:{tmp_path / 'missing'}")
 

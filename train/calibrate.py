@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from data_gen.scoring.answers import share_cap
+from data_gen.scoring.answers import share_by_source
 from data_gen.scoring.metrics import auroc_ci, best_threshold, binary_quality
 from rir_runtime.errors import UserInputError
 from rir_runtime.llm.card import card_as_written, update_card
@@ -53,7 +53,7 @@ def review_rows(data: str, split: str, max_rows: int) -> tuple[str, list[dict[st
     else:
         raise UserInputError(f"{folder} has no '{split}' split to calibrate on: rebuild it with `rir build-data`")
     metas = [m for m in dataset[split]["meta"] if m.get("context") and m.get("label") in ("recover", "continue")]
-    return split, [metas[i] for i in share_cap([m.get("source_run", "") for m in metas], max_rows)]
+    return split, [metas[i] for i in share_by_source(metas, max_rows)]
 
 
 def review_margins(adapter_dir: str, metas: list[dict[str, Any]]) -> list[float]:

@@ -67,5 +67,11 @@ def share_cap(keys: list[Any], n: int) -> list[int]:
     return sorted(picked)
 
 
+def share_by_source(metas: Sequence[dict[str, Any]], n: int) -> list[int]:
+    """`share_cap` by the rollout folder a row came from (`meta.source_run`): rows come in blocks by
+    folder and the workshop's outnumber the others' tenfold, so a plain cap would take one benchmark."""
+    return share_cap([str(m.get("source_run", "")) for m in metas], n)
+
+
 def spaced(items: list[Any], n: int) -> list[Any]:
     return [items[i * len(items) // n] for i in range(n)] if n < len(items) else items
