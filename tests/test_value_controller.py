@@ -233,6 +233,8 @@ def test_value_pairs_rank_options_by_the_agents_own_values(value_data: Path) -> 
 def test_rir_train_value_writes_an_adapter_that_serves_as_a_controller(value_data: Path, tmp_path: Path) -> None:
     from rir_runtime.cli import main as rir
     from rir_runtime.envs import TaskSpec
+    from rir_runtime.llm.tuned import load_tuned_model
+    from rir_runtime.llm.value import ValueScorer, load_value_scorer
     from rir_runtime.orchestration.jobs import EpisodeJob, run_job
 
     out = tmp_path / "value"
@@ -248,6 +250,12 @@ def test_rir_train_value_writes_an_adapter_that_serves_as_a_controller(value_dat
     assert any("loss" in entry for entry in state["log_history"])
     controller = make_controller(f"value:{out}")
     assert isinstance(controller, ValueController) and controller.uses_model
+    served = load_value_scorer(out)  # the LoRA merged in, the same scores as the adapter applied
+    assert not any("lora_" in name for name, _ in served.model.named_parameters())
+    unmerged = ValueScorer(*load_tuned_model(out, expect="value")[:2])
+    ctx = context()
+    texts = [o.text for o in recovery_options(ctx, with_continue=True)]
+    assert served.score(value_prompt(ctx), texts) == pytest.approx(unmerged.score(value_prompt(ctx), texts), abs=1e-4)
     job = EpisodeJob(TaskSpec("builtin", "workshop-3", "dev", 0), "rir", f"value:{out}", "noisy-expert", "rank",
                      0.3, 0, "40", 1, 100, 8)  # fmt: skip
     record = run_job(job)
@@ -283,3 +291,33 @@ def test_value_training_takes_one_way_of_picking_its_pairs(value_data: Path, tmp
             "--balance_pairs", "true", "--balance_sources", "true"]  # fmt: skip
     with pytest.raises(UserInputError, match="balance_pairs and balance_sources .* set one of them"):
         value.build_trainer(*parse_train_args(value.make_parser(), argv))
+    argv = ["--config", str(VALUE_CONFIGS[0]), *FAST, "--data", str(value_data), "--output_dir", str(tmp_path),
+            "--balance_sources", "true", "--max_train_samples", "null"]  # fmt: skip
+    with pytest.raises(UserInputError, match="balance_sources shares max_train_samples .* set it too"):
+        value.build_trainer(*parse_train_args(value.make_parser(), argv))
+
+
+def test_lora_on_the_top_layers_leaves_the_lower_layers_frozen_and_out_of_the_backward_pass(
+    value_data: Path, tmp_path: Path
+) -> None:
+    from tests.test_train import FAST
+    from train import value
+    from train.args import parse_train_args
+
+    argv = ["--config", str(VALUE_CONFIGS[0]), *FAST, "--data", str(value_data), "--output_dir", str(tmp_path),
+            "--max_steps", "1", "--eval_strategy", "no", "--per_device_train_batch_size", "2",
+            "--max_train_samples", "4", "--lora_top_layers", "1"]  # fmt: skip
+    trainer, _ = value.build_trainer(*parse_train_args(value.make_parser(), argv))
+    trainer.train()
+    trained = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert any(".layers.1." in n for n in trained) and not any(".layers.0." in n for n in trained)
+    assert not any("lora_" in n and ".layers.0." in n for n, _ in trainer.model.named_parameters())
+    bottom = next(m for n, m in trainer.model.named_modules() if n.endswith("layers.0"))
+    needs_grad: list[bool] = []
+    bottom.register_forward_hook(lambda _m, _i, out: needs_grad.append(out[0].requires_grad))
+    import torch
+
+    trainer.model(input_ids=torch.tensor([[1, 2, 3]]))
+    assert needs_grad == [False]  # nothing below the top layer is kept for, or reached by, the backward pass
+    with pytest.raises(UserInputError, match="lora_top_layers 3 is not between 1 and the 2 layers"):
+        value.build_trainer(*parse_train_args(value.make_parser(), [*argv, "--lora_top_layers", "3"]))

@@ -89,6 +89,13 @@ class TrainScriptArguments:
         },
     )
 
+    lora_top_layers: int | None = field(
+        default=None,
+        metadata={
+            "help": "LoRA on the top N decoder layers only (PEFT layers_to_transform): the backward pass stops "
+            "there, so a step costs less; default: every layer"
+        },
+    )
     balance_pairs: bool = field(
         default=False,
         metadata={

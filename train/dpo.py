@@ -68,7 +68,9 @@ def build_trainer(script_args: DPOScriptArguments, training_args, model_args):
         eval_ds = drop_overlong(eval_ds, tokenizer, training_args.max_length, "eval")
 
     # from the SFT adapter, TRL copies it into a frozen "ref" adapter: the reference policy
-    model, peft_config = trainable_model(base_name, base_path, sft_adapter, model_args, training_args)
+    model, peft_config = trainable_model(
+        base_name, base_path, sft_adapter, model_args, training_args, script_args.lora_top_layers
+    )
 
     trainer = DPOTrainer(
         model=model,

@@ -234,7 +234,9 @@ def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
             eval_ds = prefill_answers(eval_ds, tokenizer) if eval_ds is not None else None
 
     # with beta > 0 and an SFT adapter, TRL copies it into a frozen "ref" adapter (the KL reference)
-    model, peft_config = trainable_model(base_name, base_path, sft_adapter, model_args, training_args)
+    model, peft_config = trainable_model(
+        base_name, base_path, sft_adapter, model_args, training_args, script_args.lora_top_layers
+    )
 
     rewards = reward_functions(script_args)
     phases = StepPhases()  # generation, rewards, scoring and backward seconds in the train logs

@@ -57,22 +57,23 @@ def check_same_base(card: dict, adapter: str, base_name: str, base_path: str) ->
 
 
 def trainable_model(
-    base_name: str, base_path: str, sft_adapter: str | None, model_args: Any, training_args: Any
+    base_name: str,
+    base_path: str,
+    sft_adapter: str | None,
+    model_args: Any,
+    training_args: Any,
+    top_layers: int | None = None,
 ) -> tuple[Any, Any]:
     """(model, peft_config for the trainer). With `sft_adapter` the base model carries that adapter,
     trainable (TRL then keeps a frozen copy as the reference, and needs no peft_config); otherwise
     the trainer adds a fresh LoRA adapter from the config's LoRA keys."""
-    from trl import get_peft_config
-
     model = load_base_model(base_path, model_args, training_args)
     if sft_adapter:
         from peft import PeftModel
 
         return PeftModel.from_pretrained(model, sft_adapter, is_trainable=True), None
     model_args.use_peft = True  # we always train a LoRA adapter; LoRA settings come from ModelConfig
-    peft_config = get_peft_config(model_args)
-    check_lora_targets(model, peft_config, base_name)
-    return model, peft_config
+    return model, lora_config(model, model_args, base_name, top_layers)
 
 
 def load_base_model(path: str, model_args: Any, training_args: Any) -> Any:
@@ -117,6 +118,24 @@ def linear_module_names(model: Any) -> list[str]:
 
         kinds += (Conv1D,)
     return sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, kinds) and n})
+
+
+def lora_config(model: Any, model_args: Any, base_name: str, top_layers: int | None = None) -> Any:
+    """The trainer's LoRA config from the ModelConfig keys, its targets checked against the model; with
+    `top_layers`, on the top N decoder layers only, so the backward pass need not reach below them."""
+    from trl import get_peft_config
+
+    peft_config: Any = get_peft_config(model_args)
+    check_lora_targets(model, peft_config, base_name)
+    if top_layers is not None:
+        n_layers = int(model.config.num_hidden_layers)
+        if not 1 <= top_layers <= n_layers:
+            raise UserInputError(
+                f"lora_top_layers {top_layers} is not between 1 and the {n_layers} layers of {base_name}: "
+                "fix it, or leave it unset for LoRA on every layer"
+            )
+        peft_config.layers_to_transform = list(range(n_layers - top_layers, n_layers))
+    return peft_config
 
 
 def check_lora_targets(model: Any, peft_config: Any, model_name: str) -> None:

@@ -54,7 +54,9 @@ def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
         train_ds = drop_overlong(train_ds, tokenizer, training_args.max_length, "train")
         eval_ds = drop_overlong(eval_ds, tokenizer, training_args.max_length, "eval")
 
-    model, peft_config = trainable_model(base_name, base_path, None, model_args, training_args)
+    model, peft_config = trainable_model(
+        base_name, base_path, None, model_args, training_args, script_args.lora_top_layers
+    )
 
     trainer = SFTTrainer(
         model=model,

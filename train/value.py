@@ -89,6 +89,8 @@ def load_pairs(script_args: TrainScriptArguments, tokenizer: Any, max_length: in
 
     if script_args.balance_pairs and script_args.balance_sources:
         raise UserInputError("balance_pairs and balance_sources each pick the value pairs: set one of them")
+    if script_args.balance_sources and not script_args.max_train_samples:
+        raise UserInputError("balance_sources shares max_train_samples between the rollout folders: set it too")
 
     def take(split: str, cap: int | None, train: bool = False) -> Any:
         ds = splits[split]
@@ -151,10 +153,10 @@ def balanced_pairs(metas: list[dict[str, Any]], cap: int | None, seed: int) -> l
 def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
     """(RewardTrainer with a fresh LoRA adapter on a scalar-head model, the adapter card's fields)."""
     from transformers import set_seed
-    from trl import RewardTrainer, get_peft_config
+    from trl import RewardTrainer
 
     from train.distributed import check_launch, main_process_first
-    from train.models import check_lora_targets, resolve_base
+    from train.models import lora_config, resolve_base
 
     check_launch(training_args)
     value_folder(script_args.data)  # before the base model is converted
@@ -167,8 +169,7 @@ def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
     set_seed(training_args.seed)  # the fresh head is drawn here, before the Trainer seeds anything
     model = scalar_head_model(base_path, tokenizer, model_args)
     model_args.use_peft, model_args.lora_task_type = True, "SEQ_CLS"  # LoRA settings come from ModelConfig
-    peft_config = get_peft_config(model_args)
-    check_lora_targets(model, peft_config, base_name)
+    peft_config = lora_config(model, model_args, base_name, script_args.lora_top_layers)
     need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
     trainer = RewardTrainer(
         model=model,
