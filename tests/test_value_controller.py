@@ -321,3 +321,20 @@ def test_lora_on_the_top_layers_leaves_the_lower_layers_frozen_and_out_of_the_ba
     assert needs_grad == [False]  # nothing below the top layer is kept for, or reached by, the backward pass
     with pytest.raises(UserInputError, match="lora_top_layers 3 is not between 1 and the 2 layers"):
         value.build_trainer(*parse_train_args(value.make_parser(), [*argv, "--lora_top_layers", "3"]))
+
+
+def test_value_training_refuses_pairs_rendered_with_other_option_texts(value_data: Path, tmp_path: Path) -> None:
+    """An adapter's card claims the runtime's value prompt version: the pairs must have been rendered so."""
+    import shutil
+
+    from rir_runtime.prompts import prompt_format_version
+    from train.value import value_folder
+
+    other = prompt_format_version("value") + 1
+    old = tmp_path / "data"
+    shutil.copytree(value_data, old)
+    record = json.loads((old / "build.json").read_text())
+    (old / "build.json").write_text(json.dumps({**record, "value_prompt_version": other}))
+    assert value_folder(str(value_data)).name == "value_pref"
+    with pytest.raises(UserInputError, match=f"built with value prompts of version {other}, but this runtime renders"):
+        value_folder(str(old))

@@ -31,6 +31,7 @@ from typing import Any
 from data_gen.build_record import read_build_record
 from data_gen.scoring.answers import share_by_source
 from rir_runtime.errors import UserInputError
+from rir_runtime.prompts import prompt_format_version
 from train.args import TrainScriptArguments
 
 VALUE_DATASET = "value_pref"
@@ -53,6 +54,13 @@ def value_folder(data: str) -> Path:
         raise UserInputError(
             f"{root} holds no {VALUE_DATASET} dataset: build one with `rir build-data --out {root}` "
             "(value_pairs_per_point > 0; with agent values also --no_bisect)"
+        )
+    build = read_build_record(folder)
+    built, current = build.get("value_prompt_version"), prompt_format_version("value")
+    if build and built != current:  # the adapter's card would claim the runtime's texts, not the data's
+        raise UserInputError(
+            f"{root} was built with value prompts of version {built or 'unrecorded'}, but this runtime renders "
+            f"version {current} (its option texts): rebuild it with `rir build-data` from the same rollouts"
         )
     return folder
 

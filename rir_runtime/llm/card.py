@@ -74,10 +74,11 @@ def check_prompt_version(card: dict[str, Any], folder: Path, expect: str) -> Non
     format version than this runtime renders for its kind is refused, not warned about."""
     version, current = card.get("prompt_format_version"), prompt_format_version(expect)
     if version != current:
+        verb = {"value": "value", "agent": "agent-sft"}.get(expect, "sft")
         raise UserInputError(
             f"{folder} was trained on {expect} prompts of format version {version}, but this runtime renders "
             f"version {current}: retrain the adapter on data built by this version (`rir build-data` then "
-            f"`rir train sft`), or use a runtime whose {expect} prompt format is version {version}"
+            f"`rir train {verb}`), or use a runtime whose {expect} prompt format is version {version}"
         )
 
 
