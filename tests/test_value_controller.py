@@ -338,3 +338,16 @@ def test_value_training_refuses_pairs_rendered_with_other_option_texts(value_dat
     assert value_folder(str(value_data)).name == "value_pref"
     with pytest.raises(UserInputError, match=f"built with value prompts of version {other}, but this runtime renders"):
         value_folder(str(old))
+
+
+def test_the_latency_bench_scores_whole_decisions_of_a_build(value_data: Path) -> None:
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "bench" / "value_latency.py"
+    spec = importlib.util.spec_from_file_location("value_latency", path)
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    points = bench.decision_points(str(value_data), 3)
+    assert 1 <= len(points) <= 3 and len({p for p, _ in points}) == len(points)
+    assert all(p.startswith("Task: ") and len(o) >= 2 for p, o in points)  # a point and the options it names
