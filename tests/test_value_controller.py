@@ -300,6 +300,8 @@ def test_value_training_takes_one_way_of_picking_its_pairs(value_data: Path, tmp
 def test_lora_on_the_top_layers_leaves_the_lower_layers_frozen_and_out_of_the_backward_pass(
     value_data: Path, tmp_path: Path
 ) -> None:
+    import torch
+
     from tests.test_train import FAST
     from train import value
     from train.args import parse_train_args
@@ -315,8 +317,6 @@ def test_lora_on_the_top_layers_leaves_the_lower_layers_frozen_and_out_of_the_ba
     bottom = next(m for n, m in trainer.model.named_modules() if n.endswith("layers.0"))
     needs_grad: list[bool] = []
     bottom.register_forward_hook(lambda _m, _i, out: needs_grad.append(out[0].requires_grad))
-    import torch
-
     trainer.model(input_ids=torch.tensor([[1, 2, 3]]))
     assert needs_grad == [False]  # nothing below the top layer is kept for, or reached by, the backward pass
     with pytest.raises(UserInputError, match="lora_top_layers 3 is not between 1 and the 2 layers"):

@@ -115,7 +115,7 @@ def load_value_scorer(
 ) -> ValueScorer:
     """The value model of an adapter folder, after its card is checked (kind `value`, prompt version).
     The LoRA weights are merged in: serving never trains them, and a merged layer is one matmul, not
-    three (15% less time a decision on this CPU, same scores to 1e-5)."""
+    three (11% less time a decision alone on one CPU thread, `bench/value_latency.py`; same scores to 1e-5)."""
     from rir_runtime.llm.tuned import load_tuned_model
 
     set_num_threads(num_threads)
