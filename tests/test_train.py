@@ -420,6 +420,16 @@ def test_lora_target_typo_lists_the_linear_layers(data: Path, tmp_path: Path) ->
         sft.build_trainer(*args)
 
 
+def test_every_stage_can_put_its_lora_on_the_top_layers_only(data: Path, tmp_path: Path) -> None:
+    from train import sft
+
+    argv = ["--config", str(REPO / "configs/train/sft_cpu_quick.yaml"), *FAST, "--data", str(data),
+            "--output-dir", str(tmp_path), "--lora_top_layers", "1"]  # fmt: skip
+    trainer, _ = sft.build_trainer(*parse("sft", argv))
+    lora = [n for n, _ in trainer.model.named_parameters() if "lora_" in n]
+    assert lora and all(".layers.1." in n for n in lora)  # the tiny model's top layer of 2
+
+
 def test_adapter_card_checks(sft_run, tmp_path: Path) -> None:
     from rir_runtime.llm.card import read_card
 
