@@ -41,14 +41,10 @@ def main() -> None:
     parser.add_argument("--no-merge", action="store_true", help="apply the LoRA on the fly instead of merged")
     args = parser.parse_args()
 
-    import torch
+    from rir_runtime.llm.value import encode, load_value_scorer
 
-    from rir_runtime.llm.tuned import load_tuned_model
-    from rir_runtime.llm.value import ValueScorer, encode
-
-    torch.set_num_threads(args.threads)
-    model, tokenizer, card = load_tuned_model(args.adapter, merge=not args.no_merge, expect="value")
-    scorer = ValueScorer(model, tokenizer, "cpu", card)
+    scorer = load_value_scorer(args.adapter, "cpu", args.threads, merge=not args.no_merge)
+    tokenizer = scorer.tokenizer
     points = decision_points(args.data, args.points)
     scorer.score(*points[0])  # warm-up
     seconds = []

@@ -233,8 +233,7 @@ def test_value_pairs_rank_options_by_the_agents_own_values(value_data: Path) -> 
 def test_rir_train_value_writes_an_adapter_that_serves_as_a_controller(value_data: Path, tmp_path: Path) -> None:
     from rir_runtime.cli import main as rir
     from rir_runtime.envs import TaskSpec
-    from rir_runtime.llm.tuned import load_tuned_model
-    from rir_runtime.llm.value import ValueScorer, load_value_scorer
+    from rir_runtime.llm.value import load_value_scorer
     from rir_runtime.orchestration.jobs import EpisodeJob, run_job
 
     out = tmp_path / "value"
@@ -252,7 +251,7 @@ def test_rir_train_value_writes_an_adapter_that_serves_as_a_controller(value_dat
     assert isinstance(controller, ValueController) and controller.uses_model
     served = load_value_scorer(out)  # the LoRA merged in, the same scores as the adapter applied
     assert not any("lora_" in name for name, _ in served.model.named_parameters())
-    unmerged = ValueScorer(*load_tuned_model(out, expect="value")[:2])
+    unmerged = load_value_scorer(out, merge=False)
     ctx = context()
     texts = [o.text for o in recovery_options(ctx, with_continue=True)]
     assert served.score(value_prompt(ctx), texts) == pytest.approx(unmerged.score(value_prompt(ctx), texts), abs=1e-4)

@@ -111,17 +111,18 @@ class ValueScorer:
 
 
 def load_value_scorer(
-    adapter_dir: str | Path, device: str | None = None, num_threads: int | None = None
+    adapter_dir: str | Path, device: str | None = None, num_threads: int | None = None, merge: bool = True
 ) -> ValueScorer:
     """The value model of an adapter folder, after its card is checked (kind `value`, prompt version).
     The LoRA weights are merged in: serving never trains them, and a merged layer is one matmul, not
-    three (11% less time a decision alone on one CPU thread, `bench/value_latency.py`; same scores to 1e-5)."""
+    three (11% less time a decision alone on one CPU thread, `bench/value_latency.py`; same scores to 1e-5).
+    `merge=False` applies them on the fly (the reference the merged model is checked against)."""
     from rir_runtime.llm.tuned import load_tuned_model
 
     set_num_threads(num_threads)
     device = device or default_device()
     folder = str(adapter_dir).removeprefix("value:")
-    model, tokenizer, card = load_tuned_model(folder, merge=True, device=device, expect="value")
+    model, tokenizer, card = load_tuned_model(folder, merge=merge, device=device, expect="value")
     return ValueScorer(model, tokenizer, device, card)
 
 
