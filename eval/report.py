@@ -117,15 +117,15 @@ def room_table(summary: dict[str, Any]) -> str:
 
     lines = [
         "| method | cell | episodes | react | heuristic | oracle (V_expert) | oracle-agent (V_agent) | room | "
-        "agent-oracle only | heuristic only | p |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "agent-oracle only | heuristic only | p | heuristic When, oracle-agent Where |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         mark = "*" if r["significant"] else ""
         lines.append(
             f"| {r['method']} | {r['scope']} | {r['episodes']} | {rate(r['react'])} | {rate(r['heuristic'])} | "
             f"{rate(r['oracle_expert'])} | {rate(r['oracle_agent'])} | {r['diff'] * 100:+.1f} pts | {r['a_only']} | "
-            f"{r['b_only']} | {r['p_value']:.3g}{mark} |"
+            f"{r['b_only']} | {r['p_value']:.3g}{mark} | {rate(r.get('oracle_agent_where'))} |"
         )
     return "\n".join(lines)
 
@@ -156,7 +156,9 @@ ROOM_NOTE = (
     "`oracle-agent` recovers where continuations of this very agent say a recovery (its lesson kept) "
     "beats going on, to the best checkpoint: what a perfect When and Where could do for this agent. The "
     "room is its success minus the heuristic's on the same episodes; `oracle` values by the expert's plan "
-    f"instead. `*`: p < {ALPHA}."
+    "instead. The last column keeps the heuristic's When and takes the oracle-agent's Where (controller "
+    "`when=heuristic;where=oracle-agent;what=heuristic`, where it ran): how much of the room is the Where's. "
+    f"`*`: p < {ALPHA}."
 )
 OFFSETS_NOTE = "Relative to the first injected error of the abandoned branch (known for the error-injected expert)."
 

@@ -86,12 +86,16 @@ def summarize(records: Iterable[EpisodeRecord], config: dict[str, Any]) -> dict[
 
 
 ROOM_BOUND, ROOM_BASE = "oracle-agent", "heuristic"  # the room: what a better controller could add on this agent
+# The heuristic's When with the oracle-agent's Where (as a composite controller names itself): the share of the
+# room a better Where alone takes. On the decision presets it is nearly all of it.
+WHERE_BOUND = "when=heuristic,where=oracle-agent,what=heuristic"
 
 
 def room(records: list[EpisodeRecord]) -> list[dict[str, Any]]:
     """The room a learned controller has: `<method>/oracle-agent` minus `<method>/heuristic`, paired,
     over all episodes of the run and per task (a grid cell), for every method that ran both; with
-    react, `<method>/oracle` (valued by the expert) beside it. Empty when no method ran both."""
+    react, `<method>/oracle` (valued by the expert) and the oracle-agent's Where behind the heuristic's
+    When beside it, where they ran. Empty when no method ran both."""
     methods = sorted({r.method for r in records if r.controller == ROOM_BOUND})
     rows = []
     for method in methods:
@@ -116,6 +120,7 @@ def room(records: list[EpisodeRecord]) -> list[dict[str, Any]]:
                     "heuristic": rates[base],
                     "oracle_expert": rates.get(f"{method}/oracle"),
                     "oracle_agent": rates[bound],
+                    "oracle_agent_where": rates.get(f"{method}/{WHERE_BOUND}"),
                     **{k: v for k, v in test.to_dict().items() if k not in ("a", "b")},
                 }
             )
