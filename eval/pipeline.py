@@ -166,6 +166,7 @@ def _key_settings(config: DataclassInstance, names: str) -> dict[str, Any]:
 
 
 MODEL_SLOT = "{model}"  # in a served form: filled once with the tuned adapter, once with its prompted base
+VALUE_SLOT = "{value}"  # in a served form: filled with the value controller (`when=heuristic;where={value};...`)
 
 
 def controller_specs(name: str, cfg: PipelineConfig, adapter: Path, value: Path | None = None) -> list[str]:
@@ -173,10 +174,12 @@ def controller_specs(name: str, cfg: PipelineConfig, adapter: Path, value: Path 
     the trained adapter, `value` the value controller (`value_config`); a served form with a `{model}`
     slot (`when=residual:{model};where={model};what=heuristic`) is evaluated with both the tuned and the
     prompted model, so the tuned form meets its fair control: the same form with the untrained model,
-    not the whole prompted controller."""
-    if name == "value" and value is None:
-        raise UserInputError("eval_controllers names `value`, but no value_config trains a value controller")
+    not the whole prompted controller. A `{value}` slot takes the value controller
+    (`when=heuristic;where={value};what=heuristic`: the rule's When with the value controller's Where)."""
+    if (name == "value" or VALUE_SLOT in name) and value is None:
+        raise UserInputError(f"eval_controllers names {name!r}, but no value_config trains a value controller")
     models = {"prompted": f"prompted:{cfg.base_model}", "tuned": f"tuned:{adapter}", "value": f"value:{value}"}
+    name = name.replace(VALUE_SLOT, models["value"])
     if MODEL_SLOT in name:
         return [name.replace(MODEL_SLOT, models[kind]) for kind in ("tuned", "prompted")]
     return [models.get(name, name)]
@@ -460,14 +463,19 @@ def best_controller_line(
     ]
 
 
+def uses_trained_model(spec: str) -> bool:
+    """Whether a controller spec, whole or composed (`when=heuristic;where=value:<dir>;...`), serves an adapter."""
+    return "tuned:" in spec or "value:" in spec
+
+
 def trained_controller_lines(
     ranked: list[str], pooled: dict[str, tuple[float, int, float]], evals: list[dict[str, Any]]
 ) -> list[str]:
     """Each trained controller (`tuned:`, `value:`) against the rule and the prompted base, paired: what a
     user of the pipeline asks first, stated even where the trained controller is not the best."""
-    references = [c for c in ranked if c == "heuristic" or c.startswith("prompted:")]
+    references = [c for c in ranked if c == "heuristic" or ("prompted:" in c and not uses_trained_model(c))]
     lines = []
-    for trained in (c for c in ranked if c.startswith(("tuned:", "value:"))):
+    for trained in (c for c in ranked if uses_trained_model(c)):
         tests = [(ref, t) for ref in references if (t := paired_pool(evals, trained, ref))]
         if tests:
             lines.append(

@@ -69,6 +69,20 @@ def test_value_names_the_value_controller_and_is_refused_without_one() -> None:
         controller_specs("value", cfg, Path("runs/x/sft"))
 
 
+def test_a_value_slot_serves_the_value_controller_in_a_composed_form_and_needs_one() -> None:
+    import pytest
+
+    from rir_runtime.errors import UserInputError
+
+    cfg = PipelineConfig()
+    form = "when=heuristic;where={value};what=heuristic"
+    assert controller_specs(form, cfg, Path("runs/x/sft"), Path("runs/x/value")) == [
+        "when=heuristic;where=value:runs/x/value;what=heuristic"
+    ]
+    with pytest.raises(UserInputError, match="where=\\{value\\}.*no value_config"):
+        controller_specs(form, cfg, Path("runs/x/sft"))
+
+
 def test_the_trained_controller_is_stated_against_the_rule_and_the_base_even_when_it_is_not_best() -> None:
     summary = summary_of({"rir/heuristic": "1111111100", "rir/value:v": "1111110000", "rir/prompted:m": "1100000000"})
     lines = headline([summary])
@@ -76,6 +90,18 @@ def test_the_trained_controller_is_stated_against_the_rule_and_the_base_even_whe
     assert lines[1] == (
         "Trained controller `value:v` (60.0%): vs `heuristic` (80.0%) 0 vs 2 discordant, p = 0.5; "
         "vs `prompted:m` (20.0%) 4 vs 0 discordant, p = 0.125."
+    )
+
+
+def test_a_composed_form_that_serves_an_adapter_is_stated_as_a_trained_controller() -> None:
+    where_value = "when=heuristic,where=value:v,what=heuristic"  # summary keys write the form with commas
+    where_base = "when=heuristic,where=prompted:m,what=heuristic"
+    outcomes = {"rir/heuristic": "1100000000", f"rir/{where_value}": "1111110000", f"rir/{where_base}": "1000000000"}
+    summary = summary_of(outcomes)
+    lines = headline([summary])
+    assert len(lines) == 2 and lines[1] == (
+        f"Trained controller `{where_value}` (60.0%): vs `heuristic` (20.0%) 4 vs 0 discordant, p = 0.125; "
+        f"vs `{where_base}` (10.0%) 5 vs 0 discordant, p = 0.0625."
     )
 
 
