@@ -113,8 +113,9 @@ class PipelineConfig:
     eval_controllers: list[str] = field(
         default_factory=lambda: ["heuristic", "prompted", "tuned"],
         metadata={
-            "help": "heuristic, oracle, prompted (the base model), tuned (the trained adapter), or full specs; "
-            "a spec with a {model} slot is evaluated twice, with the adapter and with its prompted base"
+            "help": "heuristic, oracle, prompted (the base model), tuned (the trained adapter), value (the value "
+            "controller), or full specs where {prompted}, {tuned} and {value} stand for those; a spec with a "
+            "{model} slot is evaluated twice, with the adapter and with its prompted base"
         },
     )
     budget_agent: str = field(default="40", metadata={"help": "B_agent in the eval: 40, or 1.5x the expert's path"})
@@ -166,20 +167,21 @@ def _key_settings(config: DataclassInstance, names: str) -> dict[str, Any]:
 
 
 MODEL_SLOT = "{model}"  # in a served form: filled once with the tuned adapter, once with its prompted base
-VALUE_SLOT = "{value}"  # in a served form: filled with the value controller (`when=heuristic;where={value};...`)
 
 
 def controller_specs(name: str, cfg: PipelineConfig, adapter: Path, value: Path | None = None) -> list[str]:
     """The controllers an `eval_controllers` entry names. `prompted` and `tuned` are the base model and
-    the trained adapter, `value` the value controller (`value_config`); a served form with a `{model}`
-    slot (`when=residual:{model};where={model};what=heuristic`) is evaluated with both the tuned and the
+    the trained adapter, `value` the value controller (`value_config`); in a served form, `{prompted}`,
+    `{tuned}` and `{value}` stand for them (`when=heuristic;where={value};what=heuristic`: the rule's When
+    with the value controller's Where). A served form with a `{model}` slot
+    (`when=residual:{model};where={model};what=heuristic`) is evaluated with both the tuned and the
     prompted model, so the tuned form meets its fair control: the same form with the untrained model,
-    not the whole prompted controller. A `{value}` slot takes the value controller
-    (`when=heuristic;where={value};what=heuristic`: the rule's When with the value controller's Where)."""
-    if (name == "value" or VALUE_SLOT in name) and value is None:
+    not the whole prompted controller."""
+    if (name == "value" or "{value}" in name) and value is None:
         raise UserInputError(f"eval_controllers names {name!r}, but no value_config trains a value controller")
     models = {"prompted": f"prompted:{cfg.base_model}", "tuned": f"tuned:{adapter}", "value": f"value:{value}"}
-    name = name.replace(VALUE_SLOT, models["value"])
+    for kind, spec in models.items():
+        name = name.replace("{" + kind + "}", spec)
     if MODEL_SLOT in name:
         return [name.replace(MODEL_SLOT, models[kind]) for kind in ("tuned", "prompted")]
     return [models.get(name, name)]

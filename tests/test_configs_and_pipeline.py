@@ -123,8 +123,12 @@ def test_quickstart_pipeline_runs_and_caches(tmp_path: Path) -> None:
     assert "**Winner:" in text.splitlines()[2] or "**No significant difference**" in text.splitlines()[2]
     assert (tmp_path / "sft" / "rir_controller.json").exists()
     summary = json.loads((tmp_path / "eval-builtin" / "summary.json").read_text())
-    assert {"react", "rir/heuristic", f"rir/prompted:{cfg.base_model}"} <= set(summary["methods"])
-    assert any(k.startswith("rir/value:") for k in summary["methods"])
+    served = {
+        f"rir/when=heuristic,where={m},what=heuristic"
+        for m in (f"value:{tmp_path / 'value'}", f"prompted:{cfg.base_model}")
+    }
+    assert {"react", "rir/heuristic"} | served <= set(summary["methods"])
+    assert "Trained controller `when=heuristic,where=value:" in text  # the headline states the value Where's result
 
     def stamps() -> dict[str, float]:
         return {p.parent.name: p.stat().st_mtime_ns for p in tmp_path.glob("*/stage.json")}

@@ -69,7 +69,7 @@ def test_value_names_the_value_controller_and_is_refused_without_one() -> None:
         controller_specs("value", cfg, Path("runs/x/sft"))
 
 
-def test_a_value_slot_serves_the_value_controller_in_a_composed_form_and_needs_one() -> None:
+def test_slots_serve_the_value_controller_and_the_base_in_a_composed_form() -> None:
     import pytest
 
     from rir_runtime.errors import UserInputError
@@ -78,6 +78,10 @@ def test_a_value_slot_serves_the_value_controller_in_a_composed_form_and_needs_o
     form = "when=heuristic;where={value};what=heuristic"
     assert controller_specs(form, cfg, Path("runs/x/sft"), Path("runs/x/value")) == [
         "when=heuristic;where=value:runs/x/value;what=heuristic"
+    ]
+    its_control = "when=heuristic;where={prompted};what=heuristic"  # the same form with the base model
+    assert controller_specs(its_control, cfg, Path("runs/x/sft")) == [
+        f"when=heuristic;where=prompted:{cfg.base_model};what=heuristic"
     ]
     with pytest.raises(UserInputError, match="where=\\{value\\}.*no value_config"):
         controller_specs(form, cfg, Path("runs/x/sft"))
