@@ -473,8 +473,9 @@ def uses_trained_model(spec: str) -> bool:
 def trained_controller_lines(
     ranked: list[str], pooled: dict[str, tuple[float, int, float]], evals: list[dict[str, Any]]
 ) -> list[str]:
-    """Each trained controller (`tuned:`, `value:`) against the rule and the prompted base, paired: what a
-    user of the pipeline asks first, stated even where the trained controller is not the best."""
+    """Each trained controller (a form that serves a `tuned:` or `value:` adapter) against the rule and the
+    prompted base (a form that serves only the base model), paired: what a user of the pipeline asks
+    first, stated even where the trained controller is not the best."""
     references = [c for c in ranked if c == "heuristic" or ("prompted:" in c and not uses_trained_model(c))]
     lines = []
     for trained in (c for c in ranked if uses_trained_model(c)):
