@@ -14,6 +14,7 @@ downstream of it, after a line that says what changed.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -24,7 +25,7 @@ from data_gen.build_config import LABEL_VALUES
 from data_gen.hindsight import REVIEW_TIES
 from eval.controller_eval import CONTROLLER_EVAL
 from eval.paired import PairedComparison, combine, find_comparison
-from eval.summary import SUMMARY
+from eval.summary import ROOM_BASE, ROOM_BOUND, SUMMARY
 from rir_runtime.errors import UserInputError
 from rir_runtime.orchestration.launch import LAUNCHERS, last_complete_checkpoint, run_training, train_command
 from rir_runtime.orchestration.stages import Stages, yaml_settings
@@ -425,12 +426,43 @@ def pooled_rir_controllers(evals: list[dict[str, Any]]) -> dict[str, tuple[float
 
 def headline(evals: list[dict[str, Any]]) -> list[str]:
     """The RIR controller comparison on the test split: the best controller against the others, then
-    each trained controller against the heuristic and the prompted base."""
+    each trained controller against the heuristic and the prompted base, then the room (the oracles
+    know the future: they bound the comparison, they do not enter it)."""
     pooled = pooled_rir_controllers(evals)
-    if not pooled:
+    contenders = {c: v for c, v in pooled.items() if not uses_hindsight(c)}
+    if not contenders:
         return ["No RIR episodes were evaluated, so no controller comparison is available."]
-    ranked = sorted(pooled, key=lambda c: -pooled[c][0])
-    return best_controller_line(ranked, pooled, evals) + trained_controller_lines(ranked, pooled, evals)
+    ranked = sorted(contenders, key=lambda c: -contenders[c][0])
+    return (
+        best_controller_line(ranked, contenders, evals)
+        + trained_controller_lines(ranked, contenders, evals)
+        + room_line(ranked, pooled, evals)
+    )
+
+
+ORACLES = ("oracle", "oracle-agent")
+
+
+def uses_hindsight(spec: str) -> bool:
+    """Whether a controller, whole or composed, decides from hindsight (`oracle`, `oracle-agent`): an upper
+    bound that knows the episode's future, never a contender for the headline."""
+    return any(part.partition("=")[2] in ORACLES or part in ORACLES for part in re.split(r"[;,]", spec))
+
+
+def room_line(ranked: list[str], pooled: dict[str, tuple[float, int, float]], evals: list[dict[str, Any]]) -> list[str]:
+    """Where `oracle-agent` ran beside the heuristic: the room over the rule (paired) and the share of it
+    each trained controller took, the figure the learned controller is built to raise."""
+    test = paired_pool(evals, ROOM_BOUND, ROOM_BASE) if ROOM_BOUND in pooled and ROOM_BASE in pooled else None
+    if test is None:
+        return []
+    bound, base = pooled[ROOM_BOUND][0], pooled[ROOM_BASE][0]
+    trained = [c for c in ranked if uses_trained_model(c)] if bound > base else []
+    shares = ", ".join(f"`{c}` {(pooled[c][0] - base) / (bound - base):+.0%}" for c in trained)
+    return [
+        f"Room: `{ROOM_BOUND}` (hindsight from this agent's own continuations: an upper bound, not a contender) "
+        f"{bound:.1%}, {(bound - base) * 100:+.1f} points over `{ROOM_BASE}` ({test.a_only} vs {test.b_only} "
+        f"discordant, p = {test.p_value:.3g})" + (f"; share of it taken: {shares}." if shares else ".")
+    ]
 
 
 def best_controller_line(

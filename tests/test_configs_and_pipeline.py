@@ -129,6 +129,7 @@ def test_quickstart_pipeline_runs_and_caches(tmp_path: Path) -> None:
     }
     assert {"react", "rir/heuristic"} | served <= set(summary["methods"])
     assert "Trained controller `when=heuristic,where=value:" in text  # the headline states the value Where's result
+    assert "Room: `oracle-agent`" in text and "rir/oracle-agent" in summary["methods"]
 
     def stamps() -> dict[str, float]:
         return {p.parent.name: p.stat().st_mtime_ns for p in tmp_path.glob("*/stage.json")}

@@ -127,3 +127,25 @@ def test_every_trained_adapter_is_scored_offline_even_when_none_runs_online() ->
     ]
     served = "when=tuned:runs/x/sft;where=tuned:runs/x/sft;what=heuristic"  # uses the adapter already
     assert offline_controllers([served], [sft]) == [served]
+
+
+def test_the_oracles_bound_the_headline_and_never_win_it() -> None:
+    """`oracle-agent` knows the episode's future: the headline ranks the others and states the room it
+    leaves over the heuristic, and the share of it the trained controller took."""
+    where_oracle = "when=heuristic,where=oracle-agent,what=heuristic"
+    summary = summary_of(
+        {
+            "rir/oracle-agent": "1" * 10,
+            f"rir/{where_oracle}": "1" * 10,
+            "rir/value:v": "1" * 6 + "0" * 4,
+            "rir/heuristic": "1" * 2 + "0" * 8,
+        }
+    )
+    lines = headline([summary])
+    assert "oracle" not in lines[0] and "`value:v` 60.0%" in lines[0]
+    assert lines[-1] == (
+        "Room: `oracle-agent` (hindsight from this agent's own continuations: an upper bound, not a contender) "
+        "100.0%, +80.0 points over `heuristic` (8 vs 0 discordant, p = 0.00781); share of it taken: `value:v` +50%."
+    )
+    no_room = summary_of({"rir/oracle-agent": "11", "rir/heuristic": "11", "rir/value:v": "10"})
+    assert headline([no_room])[-1].endswith("(0 vs 0 discordant, p = 1).")
