@@ -38,7 +38,13 @@ from data_gen.scoring.metrics import (
 )
 from data_gen.scoring.rewards import decision_reward, review_weights
 from eval.when_features import feature_reference
-from rir_runtime.controllers import Controller, gated_spec, latest_admissible_in, make_controller
+from rir_runtime.controllers import (
+    HINDSIGHT_CONTROLLERS,
+    Controller,
+    gated_spec,
+    latest_admissible_in,
+    make_controller,
+)
 from rir_runtime.decisions import Decision, DecisionKind, parse
 from rir_runtime.errors import ParseError, UserInputError
 from rir_runtime.llm.shared import shared_backend
@@ -70,7 +76,7 @@ class ControllerEvalConfig:
     def __post_init__(self) -> None:
         for spec in self.controller:
             check_controller_name(spec)
-            if spec in ("oracle", "oracle-agent"):
+            if spec in HINDSIGHT_CONTROLLERS:
                 raise ValueError(
                     f"{spec} needs hindsight of a running episode (the oracle produced these labels); score "
                     "heuristic, prompted:<m> or tuned:<adapter>"

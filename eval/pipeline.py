@@ -26,6 +26,7 @@ from data_gen.hindsight import REVIEW_TIES
 from eval.controller_eval import CONTROLLER_EVAL
 from eval.paired import PairedComparison, combine, find_comparison
 from eval.summary import ROOM_BASE, ROOM_BOUND, SUMMARY
+from rir_runtime.controllers import HINDSIGHT_CONTROLLERS
 from rir_runtime.errors import UserInputError
 from rir_runtime.orchestration.launch import LAUNCHERS, last_complete_checkpoint, run_training, train_command
 from rir_runtime.orchestration.stages import Stages, yaml_settings
@@ -369,7 +370,7 @@ def offline_controllers(specs: list[str], adapters: list[Path]) -> list[str]:
     (the quickstart runs only the value controller online), since a trained adapter goes unmeasured
     otherwise."""
     tuned = [f"tuned:{a}" for a in adapters]
-    online = [s for s in specs if s not in ("oracle", "oracle-agent")]
+    online = [s for s in specs if s not in HINDSIGHT_CONTROLLERS]
     controllers = [c for s in online for c in (tuned if s.startswith("tuned:") else [s])]
     return controllers if any("tuned:" in s for s in online) else controllers + tuned
 
@@ -440,13 +441,10 @@ def headline(evals: list[dict[str, Any]]) -> list[str]:
     )
 
 
-ORACLES = ("oracle", "oracle-agent")
-
-
 def uses_hindsight(spec: str) -> bool:
     """Whether a controller, whole or composed, decides from hindsight (`oracle`, `oracle-agent`): an upper
     bound that knows the episode's future, never a contender for the headline."""
-    return any(part.partition("=")[2] in ORACLES or part in ORACLES for part in re.split(r"[;,]", spec))
+    return any(part.rpartition("=")[2] in HINDSIGHT_CONTROLLERS for part in re.split(r"[;,]", spec))
 
 
 def room_line(ranked: list[str], pooled: dict[str, tuple[float, int, float]], evals: list[dict[str, Any]]) -> list[str]:

@@ -19,7 +19,7 @@ adapter's backend; `make_controller` resolves the names.
 
 from rir_runtime.controllers.base import Controller
 from rir_runtime.controllers.composite import GATES, CompositeController, SignalGatedController, gated_spec
-from rir_runtime.controllers.factory import CONTROLLER_KINDS, make_controller
+from rir_runtime.controllers.factory import CONTROLLER_KINDS, HINDSIGHT_CONTROLLERS, make_controller
 from rir_runtime.controllers.heuristic import ExploringController, HeuristicController
 from rir_runtime.controllers.oracle import AgentOracleController, OracleController
 from rir_runtime.controllers.prompted import (
@@ -44,6 +44,7 @@ __all__ = [
     "CONTROLLER_KINDS",
     "DEFAULT_PROMPT_TOKENS",
     "GATES",
+    "HINDSIGHT_CONTROLLERS",
     "PASSIVE_VERBS",
     "AgentOracleController",
     "CompositeController",

@@ -24,6 +24,7 @@ CONTROLLER_KINDS = (
     "random-review",
     "random-restore",
 )
+HINDSIGHT_CONTROLLERS = ("oracle", "oracle-agent")  # they see the episode's future: upper bounds, never contenders
 
 
 def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None = None) -> Controller:
