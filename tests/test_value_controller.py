@@ -350,3 +350,68 @@ def test_the_latency_bench_scores_whole_decisions_of_a_build(value_data: Path) -
     points = bench.decision_points(str(value_data), 3)
     assert 1 <= len(points) <= 3 and len({p for p, _ in points}) == len(points)
     assert all(p.startswith("Task: ") and len(o) >= 2 for p, o in points)  # a point and the options it names
+
+
+# --- the language-model head: an option scores the log-probability of its text ---------------------------
+def test_the_lm_head_trains_on_each_points_best_option(value_data: Path) -> None:
+    from datasets import load_from_disk
+
+    from train.value import best_option_rows
+
+    pairs = load_from_disk(str(value_data / "value_pref"))["train"]
+    points = best_option_rows(pairs)
+    assert len(points) == len(set(pairs["prompt"])) < len(pairs)
+    for point in points:
+        values = json.loads(point["meta"]["option_values"])
+        ctx = DecisionContext.from_json(point["meta"]["context"])
+        best = [None if k == "continue" else int(k) for k, v in values.items() if v == max(values.values())]
+        assert point["option"] in [option_text(ctx, option) for option in best]
+
+
+def test_rir_train_value_with_the_lm_head_serves_option_log_probabilities(value_data: Path, tmp_path: Path) -> None:
+    import torch
+
+    from rir_runtime.cli import main as rir
+    from rir_runtime.llm.value import LikelihoodScorer, as_chat, load_value_scorer
+    from train.value_grpo import trainable_value_model
+
+    out = tmp_path / "value-lm"
+    argv = ["train", "value", "--value_head", "lm", "--model", "tiny-random-llama", "--data", str(value_data),
+            "--output_dir", str(out), "--max_steps", "2", "--per_device_train_batch_size", "2", "--use_cpu", "true",
+            "--bf16", "false", "--lora_target_modules", "q_proj", "v_proj", "--report_to", "none",
+            "--save_strategy", "no", "--eval_strategy", "no", "--calibration_rows", "16"]  # fmt: skip
+    assert rir(argv) == 0
+    card = json.loads((out / "rir_controller.json").read_text())
+    assert card["kind"] == "value" and card["value_head"] == "lm" and card["review_threshold"] is not None
+    scorer = load_value_scorer(out)
+    assert isinstance(scorer, LikelihoodScorer)
+    ctx = context()
+    prompt, texts = value_prompt(ctx), [o.text for o in recovery_options(ctx, with_continue=True)]
+    model, tokenizer = scorer.backend.model, scorer.backend.tokenizer
+    head = tokenizer.apply_chat_template(as_chat(prompt), add_generation_prompt=True, tokenize=False)
+    expected = []
+    for text in texts:  # the whole sequence, one at a time: the sum of the option tokens' log-probabilities
+        head_ids = tokenizer(head, add_special_tokens=False)["input_ids"]
+        option_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([head_ids + option_ids])).logits[0].float()
+        lp = torch.log_softmax(logits[len(head_ids) - 1 : -1], dim=-1)
+        expected.append(float(lp[torch.arange(len(option_ids)), torch.tensor(option_ids)].sum()))
+    assert scorer.score(prompt, texts) == pytest.approx(expected, abs=1e-3)
+    controller = make_controller(f"value:{out}")
+    assert isinstance(controller, ValueController) and controller.review(context()).meta["restore"] in range(7)
+    with pytest.raises(UserInputError, match="scalar head"):
+        trainable_value_model(str(out), None)
+
+
+def test_the_lm_head_takes_no_pair_balancing(value_data: Path, tmp_path: Path) -> None:
+    from tests.test_train import FAST
+    from train import value
+    from train.args import parse_train_args
+
+    argv = ["--config", str(VALUE_CONFIGS[0]), *FAST, "--data", str(value_data), "--output_dir", str(tmp_path),
+            "--value_head", "lm", "--balance_pairs", "true"]  # fmt: skip
+    with pytest.raises(UserInputError, match="balance_pairs picks option pairs"):
+        value.build_trainer(*parse_train_args(value.make_parser(), argv))
+    with pytest.raises(UserInputError, match="value_head 'mlp' invalid"):
+        parse_train_args(value.make_parser(), [*argv[:-4], "--value_head", "mlp"])

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rir_runtime.errors import UserInputError, exit_code
+from rir_runtime.llm.value import VALUE_HEADS
 from train.calibrate import MIN_ROWS_PER_LABEL
 
 DECISION_TYPES = ("review", "locate", "reflect")
@@ -106,7 +107,18 @@ class TrainScriptArguments:
         },
     )
 
+    value_head: str = field(
+        default="scalar",
+        metadata={
+            "help": "value controller: 'scalar' (a scalar head ranking option pairs, TRL RewardTrainer) or 'lm' "
+            "(the language model's own head, fine-tuned with TRL SFTTrainer to name each decision's best option; "
+            "an option scores its log-probability)"
+        },
+    )
+
     def __post_init__(self) -> None:
+        if self.value_head not in VALUE_HEADS:
+            raise UserInputError(f"value_head {self.value_head!r} invalid: choose one of {', '.join(VALUE_HEADS)}")
         items = [self.decision_types] if isinstance(self.decision_types, str) else self.decision_types
         types = [t.strip() for item in items for t in str(item).split(",") if t.strip()]
         bad = [t for t in types if t not in (*DECISION_TYPES, AGENT)]

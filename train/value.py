@@ -1,5 +1,10 @@
-"""The value controller's model: a scalar head on the base model, with a LoRA adapter, trained with
-TRL's `RewardTrainer` on the option pairs of `rir build-data` (`value_pref`).
+"""The value controller's model: the base model with a LoRA adapter, trained on the option pairs of
+`rir build-data` (`value_pref`) with one of two heads (`value_head`):
+
+- `scalar`: a scalar head, TRL's `RewardTrainer` on the pairs (Bradley-Terry over option scores);
+- `lm`: the language model's own head, TRL's `SFTTrainer` on each decision point's best option as the
+  reply to its prompt; an option then scores the log-probability of its text. The head already
+  knows how to copy an action it read in the prompt, so it needs far fewer rows to point at one.
 
 # CPU (packaged SmolLM2-135M-Instruct)
 ```bash
@@ -31,6 +36,7 @@ from typing import Any
 from data_gen.build_record import read_build_record
 from data_gen.scoring.answers import share_by_source
 from rir_runtime.errors import UserInputError
+from rir_runtime.llm.value import LM, SCALAR
 from rir_runtime.prompts import prompt_format_version
 from train.args import TrainScriptArguments
 
@@ -158,8 +164,73 @@ def balanced_pairs(metas: list[dict[str, Any]], cap: int | None, seed: int) -> l
     return picked
 
 
+def best_option_rows(pairs: Any) -> list[dict[str, Any]]:
+    """One row per decision point of the value pairs: its prompt, its best option (the `chosen` of
+    every pair of the point, `ranked_pairs`) and the `meta` of its first pair, in order of first appearance."""
+    rows: dict[str, dict[str, Any]] = {}
+    for prompt, chosen, meta in zip(pairs["prompt"], pairs["chosen"], pairs["meta"], strict=True):
+        rows.setdefault(prompt, {"prompt": prompt, "option": chosen, "meta": meta})
+    return list(rows.values())
+
+
+def load_best_options(script_args: TrainScriptArguments, tokenizer: Any, max_length: int | None, seed: int):
+    """(train, eval, fingerprints) for the language-model head: each point's prompt as one user turn and its
+    best option as the reply, TRL's conversational prompt-completion rows; shuffled, capped by points
+    (`max_train_samples` shared by the rollout folders where `balance_sources`), overlong prompts dropped."""
+    from datasets import Dataset
+
+    from rir_runtime.llm.value import as_chat
+    from train.data import drop_overlong, load_dataset_dict
+
+    if script_args.balance_pairs:
+        raise UserInputError("balance_pairs picks option pairs; the lm value head trains on each point's best option")
+    folder = value_folder(script_args.data)
+    splits = load_dataset_dict(folder)
+    for split in (script_args.train_split, script_args.eval_split):
+        if split not in splits:
+            raise UserInputError(f"{folder} has no '{split}' split (it has {list(splits)}): rebuild it")
+
+    def take(split: str, cap: int | None, by_source: bool) -> Any:
+        points = best_option_rows(splits[split])
+        random.Random(seed).shuffle(points)
+        if cap and by_source:
+            points = [points[i] for i in share_by_source([p["meta"] for p in points], cap)]
+        elif cap:
+            points = points[:cap]
+        rows = [
+            {"prompt": as_chat(p["prompt"]), "completion": [{"role": "assistant", "content": p["option"]}]}
+            for p in points
+        ]
+        return drop_overlong(Dataset.from_list(rows), tokenizer, max_length, split)
+
+    fingerprints = {
+        f"{VALUE_DATASET}/{s}": splits[s]._fingerprint for s in (script_args.train_split, script_args.eval_split)
+    }
+    train = take(script_args.train_split, script_args.max_train_samples, script_args.balance_sources)
+    return train, take(script_args.eval_split, script_args.max_eval_samples, False), fingerprints
+
+
+def sft_arguments(training_args: Any) -> Any:
+    """The value stage's RewardConfig as an SFTConfig for the lm head: the fields both share (TRL's own
+    conversion passes every field, and SFTConfig refuses the reward-only ones); loss on the option only."""
+    from dataclasses import fields
+
+    from trl import SFTConfig
+
+    names = {f.name for f in fields(SFTConfig) if f.init}
+    shared = {k: v for k, v in training_args.to_dict().items() if k in names}
+    for key in [k for k in shared if k.endswith("_token")]:  # to_dict masks these ("<EOS_TOKEN>")
+        shared[key] = getattr(training_args, key)
+        if shared[key] is None:  # unset: SFTConfig warns of a deprecated pad_token when it is passed at all
+            del shared[key]
+    return SFTConfig(**{**shared, "completion_only_loss": True})
+
+
 def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
-    """(RewardTrainer with a fresh LoRA adapter on a scalar-head model, the adapter card's fields)."""
+    """(the trainer of the value model, the adapter card's fields): RewardTrainer with a fresh LoRA
+    adapter on a scalar-head model, or for the lm head SFTTrainer on each point's best option."""
+    if script_args.value_head == LM:
+        return build_lm_trainer(script_args, training_args, model_args)
     from transformers import set_seed
     from trl import RewardTrainer
 
@@ -194,7 +265,45 @@ def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
         fingerprints=fingerprints,
         stage="value",
         kind="value",
-        extra={"label_values": label_values(script_args.data)},
+        extra={"label_values": label_values(script_args.data), "value_head": SCALAR},
+    )
+    return trainer, card
+
+
+def build_lm_trainer(script_args: TrainScriptArguments, training_args, model_args):
+    """(SFTTrainer with a fresh LoRA adapter on the base language model, the adapter card's fields). The
+    model learns to name the best option of each decision point; served, it scores every option by the
+    log-probability of its text (`rir_runtime.llm.value.LikelihoodScorer`)."""
+    from trl import SFTTrainer
+
+    from train.distributed import check_launch, main_process_first
+    from train.models import load_tokenizer, resolve_base, trainable_model
+
+    check_launch(training_args)
+    value_folder(script_args.data)  # before the base model is converted
+    sft_args = sft_arguments(training_args)
+    with main_process_first(training_args, "preparing the model and datasets"):
+        base_name, base_path = resolve_base(script_args, model_args)
+        tokenizer = load_tokenizer(base_path)
+        train_ds, eval_ds, fingerprints = load_best_options(script_args, tokenizer, sft_args.max_length, sft_args.seed)
+    model, peft_config = trainable_model(base_name, base_path, None, model_args, sft_args, script_args.lora_top_layers)
+    need_eval = sft_args.eval_strategy != "no" or sft_args.eval_on_start
+    trainer = SFTTrainer(
+        model=model,
+        args=sft_args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds if need_eval else None,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    card = dict(
+        base_model=base_name,
+        base_model_path=base_path,
+        decision_types=VALUE_DECISIONS,
+        fingerprints=fingerprints,
+        stage="value",
+        kind="value",
+        extra={"label_values": label_values(script_args.data), "value_head": LM},
     )
     return trainer, card
 

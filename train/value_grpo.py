@@ -249,9 +249,15 @@ def trainable_value_model(value_adapter: str, model_args: Any) -> tuple[Any, Any
     from peft import PeftModel
 
     from rir_runtime.llm.card import base_model_location, read_card
+    from rir_runtime.llm.value import SCALAR, value_head
     from train.value import scalar_head_model, value_tokenizer
 
     card = read_card(value_adapter, "value")
+    if value_head(card) != SCALAR:
+        raise UserInputError(
+            f"{value_adapter} is a value adapter with the {value_head(card)} head; GRPO of the option policy "
+            "trains a scalar head's scores: start it from a `value_head: scalar` adapter"
+        )
     base_path = base_model_location(card)
     tokenizer = value_tokenizer(value_adapter)
     model = scalar_head_model(base_path, tokenizer, model_args)

@@ -19,6 +19,7 @@ from rir_runtime.errors import ModelLoadError
 from rir_runtime.llm.backends import TransformersBackend
 from rir_runtime.llm.card import base_model_location, read_card
 from rir_runtime.llm.device import default_device, set_num_threads, torch_dtype
+from rir_runtime.llm.value import SCALAR, value_head
 
 
 def load_tuned_model(
@@ -32,9 +33,10 @@ def load_tuned_model(
     folder = Path(adapter_dir).expanduser()
     where = base_model_location(card)
     dtype = torch_dtype(dtype, device)
-    # a value adapter sits on the base with a scalar head (its trained copy is saved in the adapter)
-    head = {"num_labels": 1} if expect == "value" else {}
-    model_class = AutoModelForSequenceClassification if expect == "value" else AutoModelForCausalLM
+    # a scalar-head value adapter sits on the base with that head (its trained copy is saved in the adapter)
+    scalar = expect == "value" and value_head(card) == SCALAR
+    head = {"num_labels": 1} if scalar else {}
+    model_class = AutoModelForSequenceClassification if scalar else AutoModelForCausalLM
     try:
         with quiet_loading():  # a value adapter's base lacks the head the adapter brings: not news
             base = model_class.from_pretrained(where, dtype=dtype, **head)

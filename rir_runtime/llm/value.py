@@ -1,5 +1,8 @@
-"""A value model: a base model with a scalar head and a LoRA adapter (`rir train value`), scoring the
-options of a decision that share one trajectory prompt.
+"""A value model: a base model with a LoRA adapter (`rir train value`), scoring the options of a
+decision that share one trajectory prompt. Its head is a scalar one trained on option pairs
+(`value_head: scalar`), or the language model's own: an option's score is then the log-probability
+of its text after the prompt, trained to name each point's best option (`value_head: lm`,
+`LikelihoodScorer`). The card's `value_head` says which.
 
 The prompt is run once and its key/value cache is reused by every option: the options then run in one
 batched pass over their own few tokens, so valuing thirty restore points costs about one prompt's
@@ -19,9 +22,20 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from rir_runtime.errors import UserInputError
 from rir_runtime.llm.device import default_device, set_num_threads
 
 OPTION_BATCH = 16  # options scored per batched pass over the shared prompt's cache
+SCALAR, LM = "scalar", "lm"  # the value heads (the card's `value_head`; cards before it: scalar)
+VALUE_HEADS = (SCALAR, LM)
+
+
+def value_head(card: dict[str, Any]) -> str:
+    """The card's value head, checked (an unknown one is a card from a newer rir, or a hand edit)."""
+    head = str(card.get("value_head", SCALAR))
+    if head not in VALUE_HEADS:
+        raise UserInputError(f"value adapter card names value_head {head!r}; this rir serves {', '.join(VALUE_HEADS)}")
+    return head
 
 
 def encode(tokenizer: Any, prompt: str, option: str) -> tuple[list[int], list[int]]:
@@ -110,23 +124,46 @@ class ValueScorer:
         return out
 
 
+def as_chat(prompt: str) -> list[dict[str, str]]:
+    """The value prompt as the language-model head reads it: one user turn, the option its reply (so
+    TRL's SFTTrainer trains on exactly the served tokens, through the tokenizer's chat template)."""
+    return [{"role": "user", "content": prompt}]
+
+
+class LikelihoodScorer:
+    """Scores options by the language model's log-probability of each option's text as its reply to
+    the prompt: a model fine-tuned to name the best option (`value_head: lm`) ranks options by how
+    likely it is to name them. The prompt runs once and its cache serves every option
+    (`TransformersBackend.score`). Log-probabilities sum over an option's tokens, so a longer action
+    name costs a little; the calibrated margin over going on absorbs the offset of the review."""
+
+    def __init__(self, backend: Any, card: dict[str, Any] | None = None) -> None:
+        self.backend, self.card = backend, card or {}
+        self.tokenizer = backend.tokenizer
+
+    def score(self, prompt: str, options: list[str]) -> list[float]:
+        return list(self.backend.score(as_chat(prompt), options)) if options else []
+
+
 def load_value_scorer(
     adapter_dir: str | Path, device: str | None = None, num_threads: int | None = None, merge: bool = True
-) -> ValueScorer:
+) -> ValueScorer | LikelihoodScorer:
     """The value model of an adapter folder, after its card is checked (kind `value`, prompt version).
     The LoRA weights are merged in: serving never trains them, and a merged layer is one matmul, not
     three (11% less time a decision alone on one CPU thread, `bench/value_latency.py`; same scores to 1e-5).
     `merge=False` applies them on the fly (the reference the merged model is checked against)."""
-    from rir_runtime.llm.tuned import load_tuned_model
+    from rir_runtime.llm.tuned import TunedBackend, load_tuned_model
 
     set_num_threads(num_threads)
     device = device or default_device()
     folder = str(adapter_dir).removeprefix("value:")
     model, tokenizer, card = load_tuned_model(folder, merge=merge, device=device, expect="value")
+    if value_head(card) == LM:
+        return LikelihoodScorer(TunedBackend(model, tokenizer, f"value:{folder}", card, device, OPTION_BATCH), card)
     return ValueScorer(model, tokenizer, device, card)
 
 
 @cache
-def cached_value_scorer(adapter_dir: str) -> ValueScorer:
+def cached_value_scorer(adapter_dir: str) -> ValueScorer | LikelihoodScorer:
     """One value model per adapter and process: the episodes of a run share it."""
     return load_value_scorer(adapter_dir)
