@@ -415,3 +415,40 @@ def test_the_lm_head_takes_no_pair_balancing(value_data: Path, tmp_path: Path) -
         value.build_trainer(*parse_train_args(value.make_parser(), argv))
     with pytest.raises(UserInputError, match="value_head 'mlp' invalid"):
         parse_train_args(value.make_parser(), [*argv[:-4], "--value_head", "mlp"])
+
+
+def test_a_value_model_of_the_where_alone_learns_recoveries_and_leaves_the_when_to_the_rule(
+    value_data: Path, tmp_path: Path
+) -> None:
+    from rir_runtime.cli import main as rir
+    from rir_runtime.controllers import HeuristicController
+    from tests.test_train import FAST
+    from train import value
+    from train.args import parse_train_args
+
+    base = ["--config", str(VALUE_CONFIGS[0]), *FAST, "--data", str(value_data), "--output_dir", str(tmp_path)]
+    for head in ("lm", "scalar"):
+        argv = [*base, "--value_head", head, "--decision_types", "locate", "--max_train_samples", "null"]
+        trainer, card = value.build_trainer(*parse_train_args(value.make_parser(), argv))
+        assert card["decision_types"] == ["locate"]
+        everything = value.build_trainer(*parse_train_args(value.make_parser(), argv[:-4]))[0].train_dataset
+        assert 0 < len(trainer.train_dataset) < len(everything)
+    texts = [row["completion"][0]["content"] for row in trainer.train_dataset] if head == "lm" else []
+    assert CONTINUE not in texts
+    with pytest.raises(UserInputError, match="needs locate"):
+        value.build_trainer(*parse_train_args(value.make_parser(), [*base, "--decision_types", "review"]))
+
+    out = tmp_path / "where"
+    argv = ["train", "value", "--value_head", "lm", "--decision_types", "locate", "--model", "tiny-random-llama",
+            "--data", str(value_data), "--output_dir", str(out), "--max_steps", "1", "--use_cpu", "true",
+            "--bf16", "false", "--lora_target_modules", "q_proj", "v_proj", "--report_to", "none",
+            "--save_strategy", "no", "--eval_strategy", "no"]  # fmt: skip
+    assert rir(argv) == 0
+    card = json.loads((out / "rir_controller.json").read_text())
+    assert card["decision_types"] == ["locate"] and "review_threshold" not in card  # no When to calibrate
+    controller = make_controller(f"value:{out}")
+    ctx = context(trigger="schedule")
+    assert isinstance(controller, ValueController) and controller.where_only
+    assert controller.review(ctx).value == HeuristicController().review(ctx).value
+    where = controller.locate_fine(ctx)  # no review of its own picked a point: one pass over the recoveries
+    assert where.value in ctx.admissible and where.model_calls == 1

@@ -44,6 +44,28 @@ VALUE_DATASET = "value_pref"
 VALUE_DECISIONS = ["review", "locate"]  # the value controller is a When and a Where
 
 
+def value_decisions(script_args: TrainScriptArguments) -> list[str]:
+    """The decisions the value model learns, of `decision_types`: review and locate (every decision point:
+    the When and the Where), or locate alone (the Where's decisions only: points where a recovery is
+    best, pairs between two recoveries; served as `value:<dir>`, such an adapter leaves the When to the
+    rule). A review alone is refused: a review weighs the best recovery, so it needs the Where too."""
+    chosen = [t for t in VALUE_DECISIONS if t in script_args.decision_types]
+    if "locate" not in chosen:
+        raise UserInputError(
+            f"decision_types {script_args.decision_types}: a value model learns [review, locate] (When and Where) "
+            "or [locate] (the Where alone); a review compares the best recovery with going on, so it needs locate"
+        )
+    return chosen
+
+
+def where_rows(metas: list[dict[str, Any]], lm_head: bool) -> list[int]:
+    """Indices of the rows that teach the Where: for the lm head, points whose best option is a recovery;
+    for pairs, pairs between two recoveries."""
+    if lm_head:
+        return [i for i, m in enumerate(metas) if m["chosen_option"] != -1]
+    return [i for i, m in enumerate(metas) if m["chosen_option"] != -1 and m["rejected_option"] != -1]
+
+
 def main(script_args: TrainScriptArguments, training_args, model_args):
     """Train and save the adapter into output_dir; returns the trainer (state, logs, model)."""
     from train.run import train_and_save
@@ -106,8 +128,12 @@ def load_pairs(script_args: TrainScriptArguments, tokenizer: Any, max_length: in
     if script_args.balance_sources and not script_args.max_train_samples:
         raise UserInputError("balance_sources shares max_train_samples between the rollout folders: set it too")
 
+    where_only = value_decisions(script_args) == ["locate"]
+
     def take(split: str, cap: int | None, train: bool = False) -> Any:
         ds = splits[split]
+        if where_only:
+            ds = ds.select(where_rows(list(ds["meta"]), lm_head=False))
         if train and script_args.balance_pairs:
             return tokenized(ds.select(balanced_pairs(list(ds["meta"]), cap, seed)), tokenizer, max_length)
         ds = ds.shuffle(seed=seed)
@@ -190,8 +216,12 @@ def load_best_options(script_args: TrainScriptArguments, tokenizer: Any, max_len
         if split not in splits:
             raise UserInputError(f"{folder} has no '{split}' split (it has {list(splits)}): rebuild it")
 
+    where_only = value_decisions(script_args) == ["locate"]
+
     def take(split: str, cap: int | None, by_source: bool) -> Any:
         points = best_option_rows(splits[split])
+        if where_only:
+            points = [points[i] for i in where_rows([p["meta"] for p in points], lm_head=True)]
         random.Random(seed).shuffle(points)
         if cap and by_source:
             points = [points[i] for i in share_by_source([p["meta"] for p in points], cap)]
@@ -261,7 +291,7 @@ def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
     card = dict(
         base_model=base_name,
         base_model_path=base_path,
-        decision_types=VALUE_DECISIONS,
+        decision_types=value_decisions(script_args),
         fingerprints=fingerprints,
         stage="value",
         kind="value",
@@ -299,7 +329,7 @@ def build_lm_trainer(script_args: TrainScriptArguments, training_args, model_arg
     card = dict(
         base_model=base_name,
         base_model_path=base_path,
-        decision_types=VALUE_DECISIONS,
+        decision_types=value_decisions(script_args),
         fingerprints=fingerprints,
         stage="value",
         kind="value",

@@ -73,7 +73,8 @@ def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None 
 
 
 def value_controller(adapter: str) -> Controller:
-    """`value:<dir>`: the scalar-head adapter's model (one per process) with the margin its card calibrated."""
+    """`value:<dir>`: the adapter's value model (one per process) with the margin its card calibrated; an
+    adapter trained on the Where's decisions alone (`decision_types: [locate]`) leaves the When to the rule."""
     from rir_runtime.controllers.value import ValueController
     from rir_runtime.llm.card import read_card
     from rir_runtime.llm.value import cached_value_scorer
@@ -85,4 +86,5 @@ def value_controller(adapter: str) -> Controller:
             f"value adapter {adapter} has no calibrated margin (training stopped while calibrating): rerun the same "
             "`rir train value` command; it resumes from the last checkpoint and calibrates"
         )
-    return ValueController(cached_value_scorer(adapter), f"value:{adapter}", float(margin))
+    where_only = "review" not in card.get("decision_types", ["review"])  # trained on the Where's decisions alone
+    return ValueController(cached_value_scorer(adapter), f"value:{adapter}", float(margin), where_only=where_only)

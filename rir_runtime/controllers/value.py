@@ -34,8 +34,16 @@ class ValueController(HeuristicController):
     uses_model = True
     uses_hindsight = False
 
-    def __init__(self, scorer: OptionScorer, name: str, margin: float = 0.0, max_options: int = DEFAULT_MAX_OPTIONS):
+    def __init__(
+        self,
+        scorer: OptionScorer,
+        name: str,
+        margin: float = 0.0,
+        max_options: int = DEFAULT_MAX_OPTIONS,
+        where_only: bool = False,
+    ):
         self.scorer, self.name, self.margin, self.max_options = scorer, name, margin, max(2, max_options)
+        self.where_only = where_only  # a model trained on the Where's decisions alone: the rule's When
         self._picked: dict[tuple[tuple[str, ...], str], int] = {}  # a review's restore point, for its Where
 
     @staticmethod
@@ -67,6 +75,8 @@ class ValueController(HeuristicController):
         return r, gain, approx_tokens([{"role": "user", "content": value_prompt(ctx)}])
 
     def review(self, ctx: DecisionContext) -> Decision:
+        if self.where_only:
+            return super().review(ctx)
         if not ctx.admissible:
             return Decision("review", Review("continue", "no admissible checkpoint"))
         r, gain, tokens = self._decide_restore(ctx, with_continue=True)
