@@ -107,6 +107,7 @@ def tiny_quickstart(out: Path) -> PipelineConfig:
         base_model="tiny-random-llama",
         sft_max_steps=2,
         sft_max_length=4096,
+        value_max_train_steps=2,
         controller_eval_rows=2,
         suites=[Suite("builtin", ["workshop-3"], "0-5", "0-1")],
         explore=["random-review"],

@@ -275,7 +275,8 @@ def test_shipped_value_config_builds_and_trains_one_step(config: Path, value_dat
 
     argv = ["--config", str(config), *FAST, "--data", str(value_data), "--output_dir", str(tmp_path / "out"),
             "--max_steps", "1", "--eval_strategy", "no", "--per_device_train_batch_size", "2",
-            "--gradient_accumulation_steps", "1", "--max_train_samples", "4"]  # fmt: skip
+            "--gradient_accumulation_steps", "1", "--max_train_samples", "4",
+            *(["--lora_top_layers", "1"] if "lora_top_layers" in config.read_text() else [])]  # the tiny model has 2
     trainer, card = value.build_trainer(*parse_train_args(value.make_parser(), argv))
     trainer.train()
     assert trainer.state.global_step == 1 and card["stage"] == "value" and card["kind"] == "value"
@@ -452,3 +453,19 @@ def test_a_value_model_of_the_where_alone_learns_recoveries_and_leaves_the_when_
     assert controller.review(ctx).value == HeuristicController().review(ctx).value
     where = controller.locate_fine(ctx)  # no review of its own picked a point: one pass over the recoveries
     assert where.value in ctx.admissible and where.model_calls == 1
+
+
+def test_a_build_without_a_point_to_learn_from_says_so(value_data: Path, tmp_path: Path) -> None:
+    from datasets import load_from_disk
+
+    from tests.test_train import FAST
+    from train import value
+    from train.args import parse_train_args
+
+    pairs = load_from_disk(str(value_data / "value_pref"))
+    goes_on = pairs.filter(lambda m: m["chosen_option"] == -1, input_columns="meta")  # no recovery is ever best
+    goes_on.save_to_disk(str(tmp_path / "value_pref"))
+    argv = ["--config", str(VALUE_CONFIGS[0]), *FAST, "--data", str(tmp_path), "--output_dir", str(tmp_path / "out"),
+            "--value_head", "lm", "--decision_types", "locate"]  # fmt: skip
+    with pytest.raises(UserInputError, match="no train decision point to learn from with a recovery as its best"):
+        value.build_trainer(*parse_train_args(value.make_parser(), argv))

@@ -227,16 +227,22 @@ def load_best_options(script_args: TrainScriptArguments, tokenizer: Any, max_len
             points = [points[i] for i in share_by_source([p["meta"] for p in points], cap)]
         elif cap:
             points = points[:cap]
-        rows = [
-            {"prompt": as_chat(p["prompt"]), "completion": [{"role": "assistant", "content": p["option"]}]}
-            for p in points
-        ]
-        return drop_overlong(Dataset.from_list(rows), tokenizer, max_length, split)
+        rows = {
+            "prompt": [as_chat(p["prompt"]) for p in points],
+            "completion": [[{"role": "assistant", "content": p["option"]}] for p in points],
+        }
+        return drop_overlong(Dataset.from_dict(rows), tokenizer, max_length, split)
 
     fingerprints = {
         f"{VALUE_DATASET}/{s}": splits[s]._fingerprint for s in (script_args.train_split, script_args.eval_split)
     }
     train = take(script_args.train_split, script_args.max_train_samples, script_args.balance_sources)
+    if len(train) == 0:
+        raise UserInputError(
+            f"{folder} has no {script_args.train_split} decision point to learn from"
+            + (" with a recovery as its best option" if where_only else "")
+            + ": build data from more rollouts (more task variations, or a higher error_rate)"
+        )
     return train, take(script_args.eval_split, script_args.max_eval_samples, False), fingerprints
 
 
