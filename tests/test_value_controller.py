@@ -273,26 +273,11 @@ def test_shipped_value_config_builds_and_trains_one_step(config: Path, value_dat
     from train import value
     from train.args import parse_train_args
 
-    argv = [
-        "--config",
-        str(config),
-        *FAST,
-        "--data",
-        str(value_data),
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--max_steps",
-        "1",
-        "--eval_strategy",
-        "no",
-        "--per_device_train_batch_size",
-        "2",
-        "--gradient_accumulation_steps",
-        "1",
-        "--max_train_samples",
-        "4",
-        *(["--lora_top_layers", "1"] if "lora_top_layers" in config.read_text() else []),
-    ]  # the tiny model has 2
+    argv = ["--config", str(config), *FAST, "--data", str(value_data), "--output_dir", str(tmp_path / "out"),
+            "--max_steps", "1", "--eval_strategy", "no", "--per_device_train_batch_size", "2",
+            "--gradient_accumulation_steps", "1", "--max_train_samples", "4"]  # fmt: skip
+    if "lora_top_layers" in config.read_text():
+        argv += ["--lora_top_layers", "1"]  # the tiny model has 2 layers
     trainer, card = value.build_trainer(*parse_train_args(value.make_parser(), argv))
     trainer.train()
     assert trainer.state.global_step == 1 and card["stage"] == "value" and card["kind"] == "value"
