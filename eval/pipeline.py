@@ -50,6 +50,7 @@ class Suite:
     policy: str = ""
     policy_mode: str = ""
     budget_agent: str = ""
+    budget_rollback: int | None = None  # rollouts and evaluation; unset: the rollout default, and the pipeline's
     label_value: str = ""  # e.g. agent-lesson for the suite of the agent's own rollouts
     error_rate: float | None = None  # the noisy expert's, where it differs from the pipeline's
 
@@ -233,6 +234,8 @@ def rollout_stage(stages: Stages, cfg: PipelineConfig, suite: Suite) -> Path:
     )
     if suite.budget_agent:  # else the rollout default, a generous budget: data wants long branches
         rc = replace(rc, budget_agent=suite.budget_agent)
+    if suite.budget_rollback is not None:  # else the rollout default: several recoveries a branch
+        rc = replace(rc, budget_rollback=suite.budget_rollback)
     settings = _key_settings(
         rc,
         "env tasks split variations methods controller explore workers review_interval policy policy_mode "
@@ -387,7 +390,7 @@ def eval_stage(stages: Stages, cfg: PipelineConfig, suite: Suite, trained: list[
         methods=cfg.eval_methods,
         controller=specs,
         budget_agent=suite.budget_agent or cfg.budget_agent,
-        budget_rollback=cfg.budget_rollback,
+        budget_rollback=cfg.budget_rollback if suite.budget_rollback is None else suite.budget_rollback,
         budget_controller=cfg.budget_controller,
         charge_controller=cfg.charge_controller,
         review_interval=cfg.review_interval,

@@ -69,6 +69,30 @@ def test_a_suite_may_label_its_rollouts_with_its_own_value() -> None:
         PipelineConfig(suites=suites)
 
 
+def test_a_suite_may_set_the_rollback_budget_of_its_rollouts_and_evaluation() -> None:
+    """The quickstart's workshop rollouts run in the evaluation's budgets, so the Where learns the
+    decisions it is served; a suite that sets none keeps the rollout default (several recoveries)."""
+    from eval.pipeline import eval_stage, rollout_stage
+
+    class Recorder:
+        def run(self, name: str, settings: dict[str, object], build: object, inputs: object = None) -> Path:
+            self.settings = settings
+            return Path(name)
+
+    stages = Recorder()
+    own = Suite("builtin", ["workshop-3"], budget_agent="40", budget_rollback=1)
+    cfg = PipelineConfig(suites=[own], budget_rollback=3)
+    rollout_stage(stages, cfg, own)  # type: ignore[arg-type]
+    assert (stages.settings["budget_agent"], stages.settings["budget_rollback"]) == ("40", 1)
+    eval_stage(stages, cfg, own, [], ["heuristic"])  # type: ignore[arg-type]
+    assert stages.settings["budget_rollback"] == 1
+    plain = Suite("builtin", ["workshop-3"])
+    rollout_stage(stages, cfg, plain)  # type: ignore[arg-type]
+    assert stages.settings["budget_rollback"] == 5  # the rollout default
+    eval_stage(stages, cfg, plain, [], ["heuristic"])  # type: ignore[arg-type]
+    assert stages.settings["budget_rollback"] == 3  # the pipeline's
+
+
 def test_train_seed_reaches_both_trainings_and_keys_their_stages(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
