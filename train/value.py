@@ -36,7 +36,7 @@ from typing import Any
 from data_gen.build_record import read_build_record
 from data_gen.scoring.answers import share_by_source
 from rir_runtime.errors import UserInputError
-from rir_runtime.llm.value import LM, SCALAR
+from rir_runtime.llm.value import LM
 from rir_runtime.prompts import prompt_format_version
 from train.args import TrainScriptArguments
 
@@ -109,9 +109,9 @@ def tokenized(dataset: Any, tokenizer: Any, max_length: int | None) -> Any:
     return out
 
 
-def load_pairs(script_args: TrainScriptArguments, tokenizer: Any, max_length: int | None, seed: int) -> tuple[Any, ...]:
-    """(train, eval, fingerprints): the value pairs, shuffled (the train pairs balanced by contrast where
-    asked), capped, tokenised: only the rows trained on are tokenised."""
+def value_splits(script_args: TrainScriptArguments) -> tuple[Path, Any, dict[str, str]]:
+    """(the value_pref folder, its DatasetDict, the fingerprints of the train and eval splits), or the
+    error that names a missing split."""
     from train.data import load_dataset_dict
 
     folder = value_folder(script_args.data)
@@ -122,6 +122,13 @@ def load_pairs(script_args: TrainScriptArguments, tokenizer: Any, max_length: in
     fingerprints = {
         f"{VALUE_DATASET}/{s}": splits[s]._fingerprint for s in (script_args.train_split, script_args.eval_split)
     }
+    return folder, splits, fingerprints
+
+
+def load_pairs(script_args: TrainScriptArguments, tokenizer: Any, max_length: int | None, seed: int) -> tuple[Any, ...]:
+    """(train, eval, fingerprints): the value pairs, shuffled (the train pairs balanced by contrast where
+    asked), capped, tokenised: only the rows trained on are tokenised."""
+    _, splits, fingerprints = value_splits(script_args)
 
     if script_args.balance_pairs and script_args.balance_sources:
         raise UserInputError("balance_pairs and balance_sources each pick the value pairs: set one of them")
@@ -206,16 +213,11 @@ def load_best_options(script_args: TrainScriptArguments, tokenizer: Any, max_len
     from datasets import Dataset
 
     from rir_runtime.llm.value import as_chat
-    from train.data import drop_overlong, load_dataset_dict
+    from train.data import drop_overlong
 
     if script_args.balance_pairs:
         raise UserInputError("balance_pairs picks option pairs; the lm value head trains on each point's best option")
-    folder = value_folder(script_args.data)
-    splits = load_dataset_dict(folder)
-    for split in (script_args.train_split, script_args.eval_split):
-        if split not in splits:
-            raise UserInputError(f"{folder} has no '{split}' split (it has {list(splits)}): rebuild it")
-
+    folder, splits, fingerprints = value_splits(script_args)
     where_only = value_decisions(script_args) == ["locate"]
 
     def take(split: str, cap: int | None, by_source: bool) -> Any:
@@ -233,9 +235,6 @@ def load_best_options(script_args: TrainScriptArguments, tokenizer: Any, max_len
         }
         return drop_overlong(Dataset.from_dict(rows), tokenizer, max_length, split)
 
-    fingerprints = {
-        f"{VALUE_DATASET}/{s}": splits[s]._fingerprint for s in (script_args.train_split, script_args.eval_split)
-    }
     train = take(script_args.train_split, script_args.max_train_samples, script_args.balance_sources)
     if len(train) == 0:
         raise UserInputError(
@@ -294,16 +293,7 @@ def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
         processing_class=tokenizer,
         peft_config=peft_config,
     )
-    card = dict(
-        base_model=base_name,
-        base_model_path=base_path,
-        decision_types=value_decisions(script_args),
-        fingerprints=fingerprints,
-        stage="value",
-        kind="value",
-        extra={"label_values": label_values(script_args.data), "value_head": SCALAR},
-    )
-    return trainer, card
+    return trainer, value_card(script_args, base_name, base_path, fingerprints)
 
 
 def build_lm_trainer(script_args: TrainScriptArguments, training_args, model_args):
@@ -332,16 +322,20 @@ def build_lm_trainer(script_args: TrainScriptArguments, training_args, model_arg
         processing_class=tokenizer,
         peft_config=peft_config,
     )
-    card = dict(
+    return trainer, value_card(script_args, base_name, base_path, fingerprints)
+
+
+def value_card(script_args: TrainScriptArguments, base_name: str, base_path: str, fingerprints: dict) -> dict:
+    """The adapter card's fields of a value model: its head, the decisions it learnt, whose values ranked them."""
+    return dict(
         base_model=base_name,
         base_model_path=base_path,
         decision_types=value_decisions(script_args),
         fingerprints=fingerprints,
         stage="value",
         kind="value",
-        extra={"label_values": label_values(script_args.data), "value_head": LM},
+        extra={"label_values": label_values(script_args.data), "value_head": script_args.value_head},
     )
-    return trainer, card
 
 
 def value_tokenizer(path: str) -> Any:
