@@ -3,12 +3,16 @@
 
 - `scalar`: a scalar head, TRL's `RewardTrainer` on the pairs (Bradley-Terry over option scores);
 - `lm`: the language model's own head, TRL's `SFTTrainer` on each decision point's best option as the
-  reply to its prompt; an option then scores the log-probability of its text. The head already
-  knows how to copy an action it read in the prompt, so it needs far fewer rows to point at one.
+  reply to its prompt; an option then scores the log-probability of its text. That head already
+  copies text it read, and naming the step to undo is copying the action the trajectory shows
+  wrong: on the workshop it made a Where that beats the rule's, where the scalar head did not.
+
+`decision_types: [locate]` trains either head on the Where's decisions alone (`where_rows`).
 
 # CPU (packaged SmolLM2-135M-Instruct)
 ```bash
 rir train value --config configs/train/value_controller_cpu.yaml --data runs/decisions-cpu/data --output_dir runs/value
+rir train value --config configs/train/value_lm_cpu.yaml --data runs/where-data --output_dir runs/value-where  # lm head
 ```
 
 # One GPU / many GPUs
@@ -17,10 +21,11 @@ rir train value --launcher accelerate --accelerate-config configs/accelerate/mul
     --config configs/train/value_qwen2.5-0.5b.yaml --data data/controller
 ```
 
-A row is a decision's trajectory prompt with two of its options, the one of higher hindsight value
-chosen; the model learns a score per option whose differences rank them (Bradley-Terry). Prompt and
-option are tokenised apart and joined (`rir_runtime.llm.value.encode`), exactly as the controller
-serves them, so the prompt's key/value cache can be shared by every option at inference. After
+For the scalar head a row is a decision's trajectory prompt with two of its options, the one of
+higher hindsight value chosen; the model learns a score per option whose differences rank them
+(Bradley-Terry). Prompt and option are tokenised apart and joined (`rir_runtime.llm.value.encode`),
+exactly as the controller serves them, so the prompt's key/value cache can be shared by every option
+at inference. After
 training, the margin over going on that a recovery must beat is calibrated on the review rows of
 the data's calibration split (`review_threshold` in the card, as for a generative adapter), and
 the adapter serves as `--controller value:<dir>`.

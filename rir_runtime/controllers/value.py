@@ -2,13 +2,15 @@
 
 A failure critic says how likely the branch is to fail; an intervention pays only where its expected
 gain beats its disruption. So this controller scores every option of the decision, {continue} and
-{recover to checkpoint i with the lesson for step i} (`rir_runtime/controllers/options.py`), with a scalar-head
-model trained on the options' hindsight values (`rir train value`), and recovers where the best
+{recover to checkpoint i with the lesson for step i} (`rir_runtime/controllers/options.py`), with a model
+trained on the options' hindsight values (`rir train value`: a scalar head, or the language model's own
+head scoring each option's log-probability), and recovers where the best
 recovery beats continuing by the margin calibrated in its card, to that recovery's checkpoint. The
 options share the trajectory prompt, so one batched pass over its cache scores them all: a review
 and the Where after it cost one model call, and the Where answers the runtime's coarse question (the
 segment) and fine one (the checkpoint) from that pass. The What stays the rule's record of the
-restored step, the lesson the option named.
+restored step, the lesson the option named. An adapter trained on the Where's decisions alone
+(`decision_types: [locate]`) leaves the When to the rule: it is asked only where the rule recovers.
 """
 
 from __future__ import annotations
