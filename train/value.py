@@ -220,8 +220,6 @@ def load_best_options(script_args: TrainScriptArguments, tokenizer: Any, max_len
     from rir_runtime.llm.value import as_chat
     from train.data import drop_overlong
 
-    if script_args.balance_pairs:
-        raise UserInputError("balance_pairs picks option pairs; the lm value head trains on each point's best option")
     folder, splits, fingerprints = value_splits(script_args)
     where_only = value_decisions(script_args) == ["locate"]
 
@@ -268,17 +266,28 @@ def sft_arguments(training_args: Any) -> Any:
 
 def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
     """(the trainer of the value model, the adapter card's fields): RewardTrainer with a fresh LoRA
-    adapter on a scalar-head model, or for the lm head SFTTrainer on each point's best option."""
+    adapter on a scalar-head model, or for the lm head SFTTrainer on each point's best option. The
+    launch, the data and the decisions to learn are checked first, before a base model is converted."""
+    from train.distributed import check_launch
+
+    check_launch(training_args)
+    value_folder(script_args.data)
+    value_decisions(script_args)
+    if script_args.value_head == LM and script_args.balance_pairs:
+        raise UserInputError("balance_pairs picks option pairs; the lm value head trains on each point's best option")
     if script_args.value_head == LM:
         return build_lm_trainer(script_args, training_args, model_args)
+    return build_scalar_trainer(script_args, training_args, model_args)
+
+
+def build_scalar_trainer(script_args: TrainScriptArguments, training_args, model_args):
+    """(RewardTrainer with a fresh LoRA adapter on a scalar-head model, the adapter card's fields)."""
     from transformers import set_seed
     from trl import RewardTrainer
 
-    from train.distributed import check_launch, main_process_first
+    from train.distributed import main_process_first
     from train.models import lora_config, resolve_base
 
-    check_launch(training_args)
-    value_folder(script_args.data)  # before the base model is converted
     with main_process_first(training_args, "preparing the model and datasets"):
         base_name, base_path = resolve_base(script_args, model_args)
         tokenizer = value_tokenizer(base_path)
@@ -307,11 +316,9 @@ def build_lm_trainer(script_args: TrainScriptArguments, training_args, model_arg
     log-probability of its text (`rir_runtime.llm.value.LikelihoodScorer`)."""
     from trl import SFTTrainer
 
-    from train.distributed import check_launch, main_process_first
+    from train.distributed import main_process_first
     from train.models import load_tokenizer, resolve_base, trainable_model
 
-    check_launch(training_args)
-    value_folder(script_args.data)  # before the base model is converted
     sft_args = sft_arguments(training_args)
     with main_process_first(training_args, "preparing the model and datasets"):
         base_name, base_path = resolve_base(script_args, model_args)
