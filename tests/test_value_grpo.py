@@ -108,6 +108,63 @@ def test_online_value_grpo_plays_options_out_logs_writes_a_value_adapter_and_res
     assert isinstance(make_controller(f"value:{out}"), ValueController)
 
 
+def test_grpo_of_a_where_only_lm_adapter_trains_the_scores_it_is_served_with_over_restores(
+    value_data: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """An lm-head adapter of the Where alone: its points offer the restores only (as its served Where
+    does), the trained scores are the served log-probabilities, an update raises the policy's expected
+    value, and the adapter written keeps the start's head and decisions (served with the rule's When)."""
+    import torch
+
+    from rir_runtime.cli import main as rir
+    from rir_runtime.controllers import make_controller
+    from rir_runtime.controllers.value import ValueController
+    from rir_runtime.llm.value import load_value_scorer
+    from train.args import parse_train_args
+    from train.grpo import make_parser
+    from train.value_grpo import build_trainer
+
+    start = tmp_path / "where"
+    assert rir(["train", "value", *TINY, "--value_head", "lm", "--decision_types", "locate",
+                "--data", str(value_data), "--output_dir", str(start), "--max_steps", "1",
+                "--save_strategy", "no", "--eval_strategy", "no"]) == 0  # fmt: skip
+    common = [*TINY, "--value_adapter", str(start), "--data", str(value_data), "--reward", "table"]
+    # a random model's log-probabilities of two option texts differ by tens of nats: a hot policy samples both
+    argv = [*common, "--output_dir", str(tmp_path / "out"), "--max_steps", "1", "--per_device_train_batch_size", "64",
+            "--per_device_eval_batch_size", "64", "--num_generations", "64", "--temperature", "100",
+            "--learning_rate", "0.001", "--spread_only", "true", "--max_train_samples", "1",
+            "--save_strategy", "no", "--eval_strategy", "no", "--scale_rewards", "none",
+            "--lr_scheduler_type", "constant"]  # fmt: skip
+    trainer, card = build_trainer(*parse_train_args(make_parser(), argv))
+    point = trainer.train_dataset[0]
+    assert None not in point.options and point.spread > 0
+    assert card["extra"]["value_head"] == "lm" and card["decision_types"] == ["locate"]
+    trainer.model.eval()
+    with torch.no_grad():
+        trained = trainer.scores(trainer.model, point).tolist()
+    assert trained == pytest.approx(load_value_scorer(start).score(point.prompt, list(point.texts)), abs=1e-3)
+
+    def expected_value() -> float:
+        trainer.model.eval()
+        with torch.no_grad():
+            probs = trainer.log_probs(trainer.model, point).exp().tolist()
+        return sum(p * v for p, v in zip(probs, point.values, strict=True))
+
+    before = expected_value()
+    trainer.train()
+    assert expected_value() > before
+
+    out = tmp_path / "grpo"
+    assert rir(["train", "grpo", *common, "--output_dir", str(out), "--max_steps", "1",
+                "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_train_samples", "2",
+                "--save_strategy", "no", "--eval_strategy", "no", "--sft_adapter", ""]) == 0  # fmt: skip
+    card = json.loads((out / "rir_controller.json").read_text())
+    assert card["value_head"] == "lm" and card["decision_types"] == ["locate"] and "review_threshold" not in card
+    controller = make_controller(f"value:{out}")
+    assert isinstance(controller, ValueController) and controller.where_only
+
+
 VALUE_GRPO_CONFIGS = sorted((Path(__file__).parent.parent / "configs" / "train").glob("grpo_*value*.yaml"))
 
 

@@ -18,9 +18,13 @@ One update per batch of samples, so GRPO's clipped importance ratio is 1 and dro
 term) is not supported. TRL's `GRPOTrainer` samples text, and these decisions are choices among
 scored options, so this is a `transformers.Trainer` (the base of TRL's trainers) whose loss is the
 above: the GRPO config's keys, accelerate, checkpoints, resume and logs work as for the other stages.
-Options are scored as the controller serves them (`rir_runtime.llm.value.option_scores`: one pass
-over the prompt, the options over its cache), so what is trained is what is served. The adapter card
-says `kind: value`; the margin is calibrated afterwards as for `rir train value`.
+Options are scored as the controller serves them, so what is trained is what is served: a scalar
+head by `rir_runtime.llm.value.option_scores` (one pass over the prompt, the options over its
+cache), the language model's own head (`value_head: lm`) by each option text's log-probability after
+the chat prompt (`rir_runtime.llm.backends.continuation_log_probs`). An adapter trained on the
+Where's decisions alone (`decision_types: [locate]`) keeps the rule's When: its points offer the
+restores only, as the served Where does. The adapter card says `kind: value` with the start's head
+and decisions; a review adapter's margin is calibrated afterwards as for `rir train value`.
 """
 
 from __future__ import annotations
@@ -58,9 +62,10 @@ class OptionPoint:
         return Forced(False) if option is None else Forced(True, restore_to=option)
 
 
-def option_points(rows: Any) -> list[OptionPoint]:
+def option_points(rows: Any, with_continue: bool = True) -> list[OptionPoint]:
     """The distinct decision points of `value_pref` rows (a point's pairs share its prompt, context and
-    value table), its options ordered as the controller scores them: going on, then the latest first."""
+    value table), its options ordered as the controller scores them: going on (unless `with_continue`
+    is false: a Where-only adapter chooses among restores), then the latest first."""
     from rir_runtime.controllers.options import option_text
     from rir_runtime.prompts import DecisionContext
 
@@ -71,7 +76,7 @@ def option_points(rows: Any) -> list[OptionPoint]:
             continue
         ctx = DecisionContext.from_json(meta["context"])
         table = json.loads(meta["option_values"])
-        options = (["continue"] if "continue" in table else []) + sorted(
+        options = (["continue"] if with_continue and "continue" in table else []) + sorted(
             (k for k in table if k != "continue"), key=int
         )[::-1]
         parsed = [None if o == "continue" else int(o) for o in options]
@@ -86,7 +91,9 @@ def option_points(rows: Any) -> list[OptionPoint]:
     return list(points.values())
 
 
-def load_points(script_args: Any, split: str, cap: int | None, seed: int, online: bool) -> list[OptionPoint]:
+def load_points(
+    script_args: Any, split: str, cap: int | None, seed: int, online: bool, with_continue: bool = True
+) -> list[OptionPoint]:
     """The split's decision points with two options or more (where asked, only those whose values
     differ), shuffled and capped; online, each must name its decision point."""
     from train.data import load_dataset_dict
@@ -96,7 +103,8 @@ def load_points(script_args: Any, split: str, cap: int | None, seed: int, online
     splits = load_dataset_dict(folder)
     if split not in splits:
         raise UserInputError(f"{folder} has no '{split}' split (it has {list(splits)}): rebuild it")
-    points = [p for p in option_points(splits[split].select_columns(["prompt", "meta"])) if len(p.options) > 1]
+    rows = splits[split].select_columns(["prompt", "meta"])
+    points = [p for p in option_points(rows, with_continue) if len(p.options) > 1]
     if script_args.spread_only:
         points = [p for p in points if p.spread > 0]
     if online and any(not p.job for p in points):
@@ -118,9 +126,10 @@ def collate_points(points: list[OptionPoint]) -> dict[str, list[OptionPoint]]:
 class OptionGRPOTrainer(Trainer):
     """A Trainer whose loss is the option policy's group-relative policy gradient (module docstring)."""
 
-    def __init__(self, *args: Any, reward: OnlineReward | None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, reward: OnlineReward | None, lm_head: bool = False, **kwargs: Any) -> None:
         kwargs["data_collator"] = collate_points
         super().__init__(*args, **kwargs)
+        self.lm_head = lm_head  # options scored by their text's log-probability, not a scalar head
         self.grpo: Any = self.args  # a GRPOConfig: num_generations, temperature, scale_rewards
         self.tokenizer: Any = self.processing_class
         self.reward = reward  # None: the table's values
@@ -144,19 +153,28 @@ class OptionGRPOTrainer(Trainer):
 
         return RepeatSampler(data_source=eval_dataset, mini_repeat_count=self.grpo.num_generations, seed=self.args.seed)
 
+    def scores(self, model: Any, point: OptionPoint) -> Any:
+        """Every option's score as the controller serves it, differentiable."""
+        from rir_runtime.llm.backends import continuation_log_probs, continuation_tokens, encode_prompt
+        from rir_runtime.llm.value import as_chat, encode, option_scores, prompt_cache, split_head
+
+        model, tokenizer = self.accelerator.unwrap_model(model), self.tokenizer
+        if self.lm_head:
+            prompt_ids = encode_prompt(tokenizer, as_chat(point.prompt))
+            return continuation_log_probs(
+                model, prompt_ids, continuation_tokens(tokenizer, point.texts), tokenizer.pad_token_id
+            )
+        body, head = split_head(model)
+        encoded = [encode(tokenizer, point.prompt, text) for text in point.texts]
+        prompt_ids = encoded[0][0]
+        cache = prompt_cache(body, prompt_ids)
+        return option_scores(body, head, cache, len(prompt_ids), [ids for _, ids in encoded], tokenizer.pad_token_id)
+
     def log_probs(self, model: Any, point: OptionPoint) -> Any:
         """log pi(o | point) for every option, differentiable."""
         import torch
 
-        from rir_runtime.llm.value import encode, option_scores, prompt_cache, split_head
-
-        body, head = split_head(self.accelerator.unwrap_model(model))
-        tokenizer = self.tokenizer
-        encoded = [encode(tokenizer, point.prompt, text) for text in point.texts]
-        prompt_ids = encoded[0][0]
-        cache = prompt_cache(body, prompt_ids)
-        scores = option_scores(body, head, cache, len(prompt_ids), [ids for _, ids in encoded], tokenizer.pad_token_id)
-        return torch.log_softmax(scores / self.grpo.temperature, dim=-1)
+        return torch.log_softmax(self.scores(model, point) / self.grpo.temperature, dim=-1)
 
     def sample(self, log_probs: Any) -> list[int]:
         """`num_generations` option indices drawn from pi (seeded: a resumed run draws its own)."""
@@ -244,23 +262,23 @@ class OptionGRPOTrainer(Trainer):
         super().log(logs, start_time)
 
 
-def trainable_value_model(value_adapter: str, model_args: Any) -> tuple[Any, Any, dict[str, Any]]:
-    """(the value adapter on its base model, trainable; its tokenizer; its card)."""
+def trainable_value_model(value_adapter: str, model_args: Any, training_args: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """(the value adapter on its base model, trainable: a scalar-head model or the causal LM, as its
+    card's head says; its tokenizer; its card)."""
     from peft import PeftModel
 
     from rir_runtime.llm.card import base_model_location, read_card
-    from rir_runtime.llm.value import SCALAR, value_head
+    from rir_runtime.llm.value import LM, value_head
+    from train.models import load_base_model
     from train.value import scalar_head_model, value_tokenizer
 
     card = read_card(value_adapter, "value")
-    if value_head(card) != SCALAR:
-        raise UserInputError(
-            f"{value_adapter} is a value adapter with the {value_head(card)} head; GRPO of the option policy "
-            "trains a scalar head's scores: start it from a `value_head: scalar` adapter"
-        )
     base_path = base_model_location(card)
     tokenizer = value_tokenizer(value_adapter)
-    model = scalar_head_model(base_path, tokenizer, model_args)
+    if value_head(card) == LM:
+        model = load_base_model(base_path, model_args, training_args)
+    else:
+        model = scalar_head_model(base_path, tokenizer, model_args)
     return (
         PeftModel.from_pretrained(model, value_adapter, is_trainable=True),
         tokenizer,
@@ -270,6 +288,7 @@ def trainable_value_model(value_adapter: str, model_args: Any) -> tuple[Any, Any
 
 def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tuple[Any, dict[str, Any]]:
     """(OptionGRPOTrainer on the value adapter, the adapter card's fields)."""
+    from rir_runtime.llm.value import LM, value_head
     from train.distributed import check_launch, main_process_first
     from train.grpo import NoSignalWarning, reward_settings
     from train.value import VALUE_DECISIONS, label_values
@@ -295,12 +314,26 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
     online = script_args.reward == "online"
     need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
     with main_process_first(training_args, "preparing the model and decision points"):
-        model, tokenizer, start_card = trainable_value_model(script_args.value_adapter, model_args)
+        model, tokenizer, start_card = trainable_value_model(script_args.value_adapter, model_args, training_args)
+        decisions = list(start_card.get("decision_types") or VALUE_DECISIONS)
+        with_continue = "review" in decisions  # a Where-only adapter chooses among restores
         train_points = load_points(
-            script_args, script_args.train_split, script_args.max_train_samples, training_args.seed, online
+            script_args,
+            script_args.train_split,
+            script_args.max_train_samples,
+            training_args.seed,
+            online,
+            with_continue,
         )
         eval_points = (
-            load_points(script_args, script_args.eval_split, script_args.max_eval_samples, training_args.seed, online)
+            load_points(
+                script_args,
+                script_args.eval_split,
+                script_args.max_eval_samples,
+                training_args.seed,
+                online,
+                with_continue,
+            )
             if need_eval
             else None
         )
@@ -319,17 +352,19 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
         eval_dataset=eval_points,
         processing_class=tokenizer,
         reward=reward,
+        lm_head=value_head(start_card) == LM,
         callbacks=[NoSignalWarning(), *([OnlineRewardLog(reward)] if reward else [])],
     )
     card = dict(
         base_model=start_card["base_model"],
         base_model_path=start_card["base_path"],
-        decision_types=VALUE_DECISIONS,
+        decision_types=decisions,
         fingerprints={},
         stage="grpo",
         kind="value",
         extra={
             "value_adapter": script_args.value_adapter,
+            "value_head": value_head(start_card),
             "label_values": label_values(script_args.data),
             "rewards": reward_settings(script_args),
             "decision_points": len(train_points),

@@ -87,25 +87,10 @@ class TransformersBackend:
         self._reuse.kept = (ids[: cache.get_seq_length()], cache) if plain else None
 
     def _encode(self, prompt: Prompt) -> list[int]:
-        """Chat messages through the chat template (which adds BOS itself); raw text with specials.
-        A chat that ends in an assistant message is a reply begun by the caller: it is continued."""
-        if isinstance(prompt, str):
-            return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
-        if prompt and prompt[-1]["role"] == "assistant":
-            text = self.tokenizer.apply_chat_template(prompt, tokenize=False, continue_final_message=True)
-        else:
-            text = self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return encode_prompt(self.tokenizer, prompt)
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[Any, Any, Any]:
-        import torch
-
-        width = max(len(r) for r in rows)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
-        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        return ids, mask, positions
+        return left_pad(rows, self.tokenizer.pad_token_id, self.device)
 
     def generate(
         self,
@@ -243,10 +228,7 @@ class TransformersBackend:
         if not continuations:
             return []
         head = self._encode(prompt)
-        tails = [
-            self.tokenizer(c, add_special_tokens=False)["input_ids"] or [self.tokenizer.eos_token_id]
-            for c in continuations
-        ]
+        tails = continuation_tokens(self.tokenizer, continuations)
         if self._prefix_cache_ok:
             try:
                 return self._score_cached(head, tails)
@@ -295,17 +277,53 @@ class TransformersBackend:
         scores: list[float] = []
         for start in range(0, len(tails), self.max_batch_size):
             chunk = tails[start : start + self.max_batch_size]
-            ids, mask, positions = self._left_pad([head + t for t in chunk])
-            keep = max(len(t) for t in chunk) + 1
             with torch.inference_mode():
-                logits = self.model(
-                    input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep
-                ).logits.float()
-            logprobs = torch.log_softmax(logits[:, :-1], dim=-1)  # position j predicts token j+1
-            token_lp = logprobs.gather(-1, ids[:, -keep + 1 :].unsqueeze(-1)).squeeze(-1)
-            for r, t in enumerate(chunk):
-                scores.append(float(token_lp[r, -len(t) :].sum()))
+                scores += continuation_log_probs(self.model, head, chunk, self.tokenizer.pad_token_id).tolist()
         return scores
+
+
+def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
+    """A prompt's token ids. Chat messages go through the chat template (which adds BOS itself); raw
+    text gets the specials. A chat that ends in an assistant message is a reply begun by the caller:
+    it is continued."""
+    if isinstance(prompt, str):
+        return tokenizer(prompt, add_special_tokens=True)["input_ids"]
+    if prompt and prompt[-1]["role"] == "assistant":
+        text = tokenizer.apply_chat_template(prompt, tokenize=False, continue_final_message=True)
+    else:
+        text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def continuation_tokens(tokenizer: Any, continuations: Sequence[str]) -> list[list[int]]:
+    """Each continuation's token ids as scored after a prompt (an empty one scores end-of-text)."""
+    return [tokenizer(c, add_special_tokens=False)["input_ids"] or [tokenizer.eos_token_id] for c in continuations]
+
+
+def left_pad(rows: list[list[int]], pad: int, device: Any) -> tuple[Any, Any, Any]:
+    """(ids, attention mask, positions) of token rows left-padded to one width."""
+    import torch
+
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids, mask, positions
+
+
+def continuation_log_probs(model: Any, head: list[int], tails: list[list[int]], pad: int) -> Any:
+    """A tensor of each tail's log-probability after `head` (summed over its tokens): the rows
+    head + tail left-padded in one forward pass, logits only for the last positions (a 262k
+    vocabulary times the whole prompt would not fit in memory). Differentiable outside inference
+    mode, so a policy over scored texts trains on the scores it is served with (`train/value_grpo.py`)."""
+    import torch
+
+    ids, mask, positions = left_pad([head + t for t in tails], pad, model.device)
+    keep = max(len(t) for t in tails) + 1
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits.float()
+    logprobs = torch.log_softmax(logits[:, :-1], dim=-1)  # position j predicts token j+1
+    token_lp = logprobs.gather(-1, ids[:, -keep + 1 :].unsqueeze(-1)).squeeze(-1)
+    return torch.stack([token_lp[r, -len(t) :].sum() for r, t in enumerate(tails)])
 
 
 def choice_trie(
