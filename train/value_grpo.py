@@ -21,7 +21,7 @@ above: the GRPO config's keys, accelerate, checkpoints, resume and logs work as 
 Options are scored as the controller serves them, so what is trained is what is served: a scalar
 head by `rir_runtime.llm.value.option_scores` (one pass over the prompt, the options over its
 cache), the language model's own head (`value_head: lm`) by each option text's log-probability after
-the chat prompt (`rir_runtime.llm.backends.continuation_log_probs`). An adapter trained on the
+the chat prompt (`rir_runtime.llm.backends.tail_log_probs`, over the prompt's cache). An adapter trained on the
 Where's decisions alone (`decision_types: [locate]`) keeps the rule's When: its points offer the
 restores only, as the served Where does. The adapter card says `kind: value` with the start's head
 and decisions; a review adapter's margin is calibrated afterwards as for `rir train value`.
@@ -155,15 +155,16 @@ class OptionGRPOTrainer(Trainer):
 
     def scores(self, model: Any, point: OptionPoint) -> Any:
         """Every option's score as the controller serves it, differentiable."""
-        from rir_runtime.llm.backends import continuation_log_probs, continuation_tokens, encode_prompt
+        from rir_runtime.llm import backends
         from rir_runtime.llm.value import as_chat, encode, option_scores, prompt_cache, split_head
 
         model, tokenizer = self.accelerator.unwrap_model(model), self.tokenizer
-        if self.lm_head:
-            prompt_ids = encode_prompt(tokenizer, as_chat(point.prompt))
-            return continuation_log_probs(
-                model, prompt_ids, continuation_tokens(tokenizer, point.texts), tokenizer.pad_token_id
-            )
+        if self.lm_head:  # the prompt once, the options over its cache, as `LikelihoodScorer` serves them
+            prompt_ids = backends.encode_prompt(tokenizer, as_chat(point.prompt))
+            kw = backends.cache_keyword(model)
+            first_lp, cache = backends.prompt_log_probs_and_cache(model, prompt_ids, kw)
+            tails = backends.continuation_tokens(tokenizer, point.texts)
+            return backends.tail_log_probs(model, cache, kw, first_lp, len(prompt_ids), tails, tokenizer.pad_token_id)
         body, head = split_head(model)
         encoded = [encode(tokenizer, point.prompt, text) for text in point.texts]
         prompt_ids = encoded[0][0]

@@ -54,9 +54,7 @@ class TransformersBackend:
             self._reuse.kept, self._reuse.active = None, False
 
     def _cache_kw(self) -> str:
-        """transformers 5.x renamed `past_key_values` to `cache` (the old name is deprecated until 5.40)."""
-        inner = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model  # PEFT
-        return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+        return cache_keyword(self.model)
 
     def _kept_prefix(self, row: list[int]) -> tuple[Any, int]:
         """(a copy of the kept KV cache cut to the longest prefix `row` shares with it, its length);
@@ -242,31 +240,15 @@ class TransformersBackend:
         cache_kw = self._cache_kw()
         kept, n = self._kept_prefix(head)
         with torch.inference_mode():
-            rest = torch.tensor([head[n:]], device=self.device)
-            reused = {cache_kw: kept, "position_ids": torch.arange(n, len(head), device=self.device)[None]} if n else {}
-            first = self.model(input_ids=rest, use_cache=True, logits_to_keep=1, **reused)
-            first_lp = torch.log_softmax(first.logits[0, -1].float(), dim=-1)
-            prefix = getattr(first, "cache", None)
-            prefix = first.past_key_values if prefix is None else prefix
+            first_lp, prefix = prompt_log_probs_and_cache(self.model, head, cache_kw, kept, n)
             self._keep(head, prefix)  # never written to below (each chunk repeats a copy); reuse copies it again
             scores: list[float] = []
             for start in range(0, len(tails), self.max_batch_size):
                 chunk = tails[start : start + self.max_batch_size]
-                width = max(len(t) for t in chunk)
-                pad = self.tokenizer.pad_token_id
-                ids = torch.tensor([t + [pad] * (width - len(t)) for t in chunk], device=self.device)
-                mask = torch.tensor(
-                    [[1] * (len(head) + len(t)) + [0] * (width - len(t)) for t in chunk], device=self.device
-                )
-                positions = torch.arange(len(head), len(head) + width, device=self.device).expand(len(chunk), -1)
-                cache = copy.deepcopy(prefix)
-                cache.batch_repeat_interleave(len(chunk))
-                logits = self.model(
-                    input_ids=ids, attention_mask=mask, position_ids=positions, **{cache_kw: cache}, use_cache=True
-                ).logits.float()
-                token_lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-                for r, t in enumerate(chunk):
-                    scores.append(float(first_lp[t[0]] + token_lp[r, : len(t) - 1].sum()))
+                cache = copy.deepcopy(prefix)  # extended below; the next chunk needs the prompt's alone
+                scores += tail_log_probs(
+                    self.model, cache, cache_kw, first_lp, len(head), chunk, self.tokenizer.pad_token_id
+                ).tolist()
         return scores
 
     def _score_plain(self, head: list[int], tails: list[list[int]]) -> list[float]:
@@ -280,6 +262,12 @@ class TransformersBackend:
             with torch.inference_mode():
                 scores += continuation_log_probs(self.model, head, chunk, self.tokenizer.pad_token_id).tolist()
         return scores
+
+
+def cache_keyword(model: Any) -> str:
+    """transformers 5.x renamed `past_key_values` to `cache` (the old name is deprecated until 5.40)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT
+    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
 
 
 def encode_prompt(tokenizer: Any, prompt: Prompt) -> list[int]:
@@ -314,8 +302,8 @@ def left_pad(rows: list[list[int]], pad: int, device: Any) -> tuple[Any, Any, An
 def continuation_log_probs(model: Any, head: list[int], tails: list[list[int]], pad: int) -> Any:
     """A tensor of each tail's log-probability after `head` (summed over its tokens): the rows
     head + tail left-padded in one forward pass, logits only for the last positions (a 262k
-    vocabulary times the whole prompt would not fit in memory). Differentiable outside inference
-    mode, so a policy over scored texts trains on the scores it is served with (`train/value_grpo.py`)."""
+    vocabulary times the whole prompt would not fit in memory): the path for a model whose cache
+    cannot be repeated over a batch."""
     import torch
 
     ids, mask, positions = left_pad([head + t for t in tails], pad, model.device)
@@ -324,6 +312,41 @@ def continuation_log_probs(model: Any, head: list[int], tails: list[list[int]], 
     logprobs = torch.log_softmax(logits[:, :-1], dim=-1)  # position j predicts token j+1
     token_lp = logprobs.gather(-1, ids[:, -keep + 1 :].unsqueeze(-1)).squeeze(-1)
     return torch.stack([token_lp[r, -len(t) :].sum() for r, t in enumerate(tails)])
+
+
+def prompt_log_probs_and_cache(
+    model: Any, head: list[int], cache_kw: str, kept: Any = None, n: int = 0
+) -> tuple[Any, Any]:
+    """(log-probabilities of the token after `head`, the KV cache of `head`): one pass over the prompt
+    (over its tokens after the first `n` where `kept` caches those) that every continuation scored by
+    `tail_log_probs` extends. Differentiable outside inference mode."""
+    import torch
+
+    rest = torch.tensor([head[n:]], device=model.device)
+    reused = {cache_kw: kept, "position_ids": torch.arange(n, len(head), device=model.device)[None]} if n else {}
+    out = model(input_ids=rest, use_cache=True, logits_to_keep=1, **reused)
+    cache = getattr(out, "cache", None)
+    return torch.log_softmax(out.logits[0, -1].float(), dim=-1), out.past_key_values if cache is None else cache
+
+
+def tail_log_probs(
+    model: Any, cache: Any, cache_kw: str, first_lp: Any, head_len: int, tails: list[list[int]], pad: int
+) -> Any:
+    """A tensor of each tail's log-probability (summed over its tokens) after a prompt of `head_len`
+    tokens whose KV `cache` and next-token log-probabilities `first_lp` are given: the tails right-padded
+    in one batched pass over the cache, which this extends (pass a copy to reuse it). Differentiable
+    outside inference mode, so a policy over scored texts trains on the scores it is served with
+    (`train/value_grpo.py`)."""
+    import torch
+
+    device, width = model.device, max(len(t) for t in tails)
+    ids = torch.tensor([t + [pad] * (width - len(t)) for t in tails], device=device)
+    mask = torch.tensor([[1] * (head_len + len(t)) + [0] * (width - len(t)) for t in tails], device=device)
+    positions = torch.arange(head_len, head_len + width, device=device).expand(len(tails), -1)
+    cache.batch_repeat_interleave(len(tails))
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, **{cache_kw: cache}, use_cache=True)
+    token_lp = torch.log_softmax(logits.logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    return torch.stack([first_lp[t[0]] + token_lp[r, : len(t) - 1].sum() for r, t in enumerate(tails)])
 
 
 def choice_trie(
