@@ -101,6 +101,8 @@ def test_online_value_grpo_plays_options_out_logs_writes_a_value_adapter_and_res
     for entry in train_logs:
         assert 0.0 <= entry["recover_share"] <= 1.0 and entry["entropy"] >= 0.0
         assert entry["online/reward_evaluations"] == 6  # 2 points x 3 options, each played out
+        assert entry["time/generation_s"] > 0 and entry["time/backward_s"] > 0, entry  # the step's split
+        assert entry["time/rewards_s"] >= entry["online/reward_seconds"] > 0, entry
     assert any("eval_reward" in e for e in state["log_history"])
     card = json.loads((out / "rir_controller.json").read_text())
     assert card["kind"] == "value" and card["stage"] == "grpo" and card["rewards"]["reward"] == "online"

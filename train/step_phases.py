@@ -8,7 +8,9 @@
 
 each in seconds per optimizer step, averaged over the logging period. The split says whether a GPU
 trainer would wait on CPU environments (rewards) or on its own sampling (generation). Only training
-steps count: evaluation's generations happen outside them.
+steps count: evaluation's generations happen outside them. The value controller's option policy
+(`train/value_grpo.py`) samples by scoring its options, so there `generation` is that forward pass
+(`OPTION_TIMED`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ from transformers import TrainerCallback
 
 # the GRPOTrainer methods timed (TRL 1.16): the whole batch preparation, and two parts of it
 TIMED = {"prepare": "_generate_and_score_completions", "generation": "_generate", "rewards": "_calculate_rewards"}
+# the option policy's: the loss's making (options scored, sampled, rewarded), and two parts of it
+OPTION_TIMED = {"prepare": "compute_loss", "generation": "log_probs", "rewards": "rewards"}
 
 
 class StepPhases(TrainerCallback):
     """Times the trainer's phases inside each optimizer step and adds the split to the train logs."""
 
-    def __init__(self) -> None:
+    def __init__(self, timed: dict[str, str] | None = None) -> None:
+        self.timed = timed or TIMED
         self.totals: dict[str, float] = defaultdict(float)
         self.steps = 0
         self.in_step = False
@@ -36,7 +41,7 @@ class StepPhases(TrainerCallback):
 
     def attach(self, trainer: Any) -> None:
         """Wrap the trainer's phase methods (on the instance: TRL's class is left as it is)."""
-        for phase, method in TIMED.items():
+        for phase, method in self.timed.items():
             setattr(trainer, method, self._timed(phase, getattr(trainer, method)))
 
     def _timed(self, phase: str, method: Callable[..., Any]) -> Callable[..., Any]:

@@ -292,6 +292,7 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
     from rir_runtime.llm.value import LM, value_head
     from train.distributed import check_launch, main_process_first
     from train.grpo import NoSignalWarning, reward_settings
+    from train.step_phases import OPTION_TIMED, StepPhases
     from train.value import VALUE_DECISIONS, label_values
 
     check_launch(training_args)
@@ -346,6 +347,7 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
         if online
         else None
     )
+    phases = StepPhases(OPTION_TIMED)  # scoring (the sampling's pass), rewards and backward seconds in the logs
     trainer = OptionGRPOTrainer(
         model=model,
         args=training_args,
@@ -354,8 +356,9 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
         processing_class=tokenizer,
         reward=reward,
         lm_head=value_head(start_card) == LM,
-        callbacks=[NoSignalWarning(), *([OnlineRewardLog(reward)] if reward else [])],
+        callbacks=[NoSignalWarning(), *([OnlineRewardLog(reward)] if reward else []), phases],
     )
+    phases.attach(trainer)
     card = dict(
         base_model=start_card["base_model"],
         base_model_path=start_card["base_path"],
