@@ -27,6 +27,21 @@ def value_adapter(value_data: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return out
 
 
+def raises_expected_value(trainer, point) -> bool:
+    """Whether the trainer's update raises the policy's expected table value at `point`."""
+    import torch
+
+    def expected_value() -> float:
+        trainer.model.eval()  # no LoRA dropout in the measurement
+        with torch.no_grad():
+            probs = trainer.log_probs(trainer.model, point).exp().tolist()
+        return sum(p * v for p, v in zip(probs, point.values, strict=True))
+
+    before = expected_value()
+    trainer.train()
+    return expected_value() > before
+
+
 def test_decision_points_carry_every_option_with_its_value_once(value_data: Path) -> None:  # noqa: F811
     from datasets import load_from_disk
 
@@ -50,8 +65,6 @@ def test_decision_points_carry_every_option_with_its_value_once(value_data: Path
 def test_updates_raise_the_expected_value_of_the_policy(value_data: Path, value_adapter: Path, tmp_path: Path) -> None:  # noqa: F811
     """Table rewards on one point whose options differ: after a step the softmax policy puts more
     probability on the options of higher value (its expected value rises); a sign error lowers it."""
-    import torch
-
     from train.args import parse_train_args
     from train.grpo import make_parser
     from train.value_grpo import build_trainer
@@ -66,15 +79,7 @@ def test_updates_raise_the_expected_value_of_the_policy(value_data: Path, value_
     point = trainer.train_dataset[0]
     assert point.spread > 0 and card["kind"] == "value"
 
-    def expected_value() -> float:
-        trainer.model.eval()  # no LoRA dropout in the measurement
-        with torch.no_grad():
-            probs = trainer.log_probs(trainer.model, point).exp().tolist()
-        return sum(p * v for p, v in zip(probs, point.values, strict=True))
-
-    before = expected_value()
-    trainer.train()
-    assert expected_value() > before
+    assert raises_expected_value(trainer, point)
 
 
 def test_online_value_grpo_plays_options_out_logs_writes_a_value_adapter_and_resumes(
@@ -147,15 +152,7 @@ def test_grpo_of_a_where_only_lm_adapter_trains_the_scores_it_is_served_with_ove
         trained = trainer.scores(trainer.model, point).tolist()
     assert trained == pytest.approx(load_value_scorer(start).score(point.prompt, list(point.texts)), abs=1e-3)
 
-    def expected_value() -> float:
-        trainer.model.eval()
-        with torch.no_grad():
-            probs = trainer.log_probs(trainer.model, point).exp().tolist()
-        return sum(p * v for p, v in zip(probs, point.values, strict=True))
-
-    before = expected_value()
-    trainer.train()
-    assert expected_value() > before
+    assert raises_expected_value(trainer, point)
 
     out = tmp_path / "grpo"
     assert rir(["train", "grpo", *common, "--output_dir", str(out), "--max_steps", "1",
