@@ -62,6 +62,32 @@ def test_decision_points_carry_every_option_with_its_value_once(value_data: Path
         assert values[chosen] >= values[rejected]
 
 
+def test_balance_sources_shares_the_train_points_between_rollout_folders(value_data: Path, tmp_path: Path) -> None:  # noqa: F811
+    """A build whose points come mostly from one folder: with `balance_sources` each folder gives half
+    of the capped train points; without it, the cap takes them as they come."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from datasets import load_from_disk
+
+    from train.value_grpo import load_points
+
+    pairs = load_from_disk(str(value_data / "value_pref"))
+    points = Counter((m["episode_id"], m["step"]) for m in pairs["train"]["meta"])
+    few = set(sorted(points)[: len(points) // 5])  # a fifth of the points come from another folder
+
+    def relabel(meta: dict) -> dict:
+        return {"meta": {**meta, "source_run": "other" if (meta["episode_id"], meta["step"]) in few else "big"}}
+
+    pairs.map(relabel, input_columns="meta").save_to_disk(str(tmp_path / "value_pref"))
+    args = SimpleNamespace(data=str(tmp_path), spread_only=False, train_split="train", balance_sources=False)
+    other = sum(p.source == "other" for p in load_points(args, "train", None, 0, online=False))
+    assert Counter(p.source for p in load_points(args, "train", 2 * other, 0, online=False))["other"] < other
+    args.balance_sources = True
+    balanced = Counter(p.source for p in load_points(args, "train", 2 * other, 0, online=False))
+    assert balanced["other"] == balanced["big"] == other
+
+
 def test_updates_raise_the_expected_value_of_the_policy(value_data: Path, value_adapter: Path, tmp_path: Path) -> None:  # noqa: F811
     """Table rewards on one point whose options differ: after a step the softmax policy puts more
     probability on the options of higher value (its expected value rises); a sign error lowers it."""

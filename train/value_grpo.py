@@ -53,6 +53,7 @@ class OptionPoint:
     values: tuple[float, ...]
     job: str
     review_index: int
+    source: str = ""  # the rollout folder it came from (meta.source_run)
 
     @property
     def spread(self) -> float:
@@ -87,6 +88,7 @@ def option_points(rows: Any, with_continue: bool = True) -> list[OptionPoint]:
             values=tuple(float(table[o]) for o in options),
             job=meta.get("job") or "",
             review_index=int(meta.get("review_index") or 0),
+            source=str(meta.get("source_run") or ""),
         )
     return list(points.values())
 
@@ -95,7 +97,10 @@ def load_points(
     script_args: Any, split: str, cap: int | None, seed: int, online: bool, with_continue: bool = True
 ) -> list[OptionPoint]:
     """The split's decision points with two options or more (where asked, only those whose values
-    differ), shuffled and capped; online, each must name its decision point."""
+    differ), shuffled and capped (with `balance_sources`, the train cap shared equally by the rollout
+    folders, so the workshop's many points do not drown another benchmark's); online, each must name
+    its decision point."""
+    from data_gen.scoring.answers import share_by_source
     from train.data import load_dataset_dict
     from train.value import value_folder
 
@@ -113,6 +118,8 @@ def load_points(
             "version's `rir build-data` for --reward online"
         )
     random.Random(seed).shuffle(points)
+    if cap and script_args.balance_sources and split == script_args.train_split:
+        points = [points[i] for i in share_by_source([{"source_run": p.source} for p in points], cap)]
     points = points[:cap] if cap else points
     if not points:
         raise UserInputError(f"the '{split}' split of {folder} has no decision point with options to choose from")
