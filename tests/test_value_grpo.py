@@ -27,6 +27,22 @@ def value_adapter(value_data: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return out
 
 
+def one_point_trainer(adapter: Path, data: Path, out: Path, temperature: str) -> tuple:
+    """(GRPO trainer of a value adapter, its card) on one point whose options differ, with table rewards:
+    64 samples, one constant-rate step, the rewards unscaled, so a step's direction is the policy's."""
+    from train.args import parse_train_args
+    from train.grpo import make_parser
+    from train.value_grpo import build_trainer
+
+    argv = [*TINY, "--value_adapter", str(adapter), "--data", str(data), "--reward", "table",
+            "--output_dir", str(out), "--max_steps", "1", "--per_device_train_batch_size", "64",
+            "--per_device_eval_batch_size", "64", "--num_generations", "64", "--temperature", temperature,
+            "--learning_rate", "0.001", "--spread_only", "true", "--max_train_samples", "1",
+            "--save_strategy", "no", "--eval_strategy", "no", "--scale_rewards", "none",
+            "--lr_scheduler_type", "constant"]  # fmt: skip
+    return build_trainer(*parse_train_args(make_parser(), argv))
+
+
 def raises_expected_value(trainer, point) -> bool:
     """Whether the trainer's update raises the policy's expected table value at `point`."""
     import torch
@@ -91,20 +107,9 @@ def test_balance_sources_shares_the_train_points_between_rollout_folders(value_d
 def test_updates_raise_the_expected_value_of_the_policy(value_data: Path, value_adapter: Path, tmp_path: Path) -> None:  # noqa: F811
     """Table rewards on one point whose options differ: after a step the softmax policy puts more
     probability on the options of higher value (its expected value rises); a sign error lowers it."""
-    from train.args import parse_train_args
-    from train.grpo import make_parser
-    from train.value_grpo import build_trainer
-
-    argv = [*TINY, "--value_adapter", str(value_adapter), "--data", str(value_data), "--reward", "table",
-            "--output_dir", str(tmp_path / "out"), "--max_steps", "1", "--per_device_train_batch_size", "64",
-            "--per_device_eval_batch_size", "64", "--num_generations", "64", "--temperature", "5",
-            "--learning_rate", "0.001", "--spread_only", "true", "--max_train_samples", "1",
-            "--save_strategy", "no", "--eval_strategy", "no", "--scale_rewards", "none",
-            "--lr_scheduler_type", "constant"]  # fmt: skip
-    trainer, card = build_trainer(*parse_train_args(make_parser(), argv))
+    trainer, card = one_point_trainer(value_adapter, value_data, tmp_path / "out", temperature="5")
     point = trainer.train_dataset[0]
     assert point.spread > 0 and card["kind"] == "value"
-
     assert raises_expected_value(trainer, point)
 
 
@@ -154,22 +159,13 @@ def test_grpo_of_a_where_only_lm_adapter_trains_the_scores_it_is_served_with_ove
     from rir_runtime.controllers import make_controller
     from rir_runtime.controllers.value import ValueController
     from rir_runtime.llm.value import load_value_scorer
-    from train.args import parse_train_args
-    from train.grpo import make_parser
-    from train.value_grpo import build_trainer
 
     start = tmp_path / "where"
     assert rir(["train", "value", *TINY, "--value_head", "lm", "--decision_types", "locate",
                 "--data", str(value_data), "--output_dir", str(start), "--max_steps", "1",
                 "--save_strategy", "no", "--eval_strategy", "no"]) == 0  # fmt: skip
-    common = [*TINY, "--value_adapter", str(start), "--data", str(value_data), "--reward", "table"]
     # a random model's log-probabilities of two option texts differ by tens of nats: a hot policy samples both
-    argv = [*common, "--output_dir", str(tmp_path / "out"), "--max_steps", "1", "--per_device_train_batch_size", "64",
-            "--per_device_eval_batch_size", "64", "--num_generations", "64", "--temperature", "100",
-            "--learning_rate", "0.001", "--spread_only", "true", "--max_train_samples", "1",
-            "--save_strategy", "no", "--eval_strategy", "no", "--scale_rewards", "none",
-            "--lr_scheduler_type", "constant"]  # fmt: skip
-    trainer, card = build_trainer(*parse_train_args(make_parser(), argv))
+    trainer, card = one_point_trainer(start, value_data, tmp_path / "out", temperature="100")
     point = trainer.train_dataset[0]
     assert None not in point.options and point.spread > 0
     assert card["extra"]["value_head"] == "lm" and card["decision_types"] == ["locate"]
@@ -177,11 +173,11 @@ def test_grpo_of_a_where_only_lm_adapter_trains_the_scores_it_is_served_with_ove
     with torch.no_grad():
         trained = trainer.scores(trainer.model, point).tolist()
     assert trained == pytest.approx(load_value_scorer(start).score(point.prompt, list(point.texts)), abs=1e-3)
-
     assert raises_expected_value(trainer, point)
 
     out = tmp_path / "grpo"
-    assert rir(["train", "grpo", *common, "--output_dir", str(out), "--max_steps", "1",
+    assert rir(["train", "grpo", *TINY, "--value_adapter", str(start), "--data", str(value_data), "--reward", "table",
+                "--output_dir", str(out), "--max_steps", "1",
                 "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_train_samples", "2",
                 "--save_strategy", "no", "--eval_strategy", "no", "--sft_adapter", ""]) == 0  # fmt: skip
     card = json.loads((out / "rir_controller.json").read_text())
