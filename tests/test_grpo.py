@@ -231,6 +231,8 @@ def test_grpo_script_arguments_are_checked() -> None:
         GRPOScriptArguments(decision_types=["review", "reflect"])
     with pytest.raises(UserInputError, match="lateness_penalty 1.0 must be within"):
         GRPOScriptArguments(lateness_penalty=1.0)
+    with pytest.raises(UserInputError, match="hard_points screens a value adapter.*--value_adapter"):
+        GRPOScriptArguments(hard_points=True)
     assert GRPOScriptArguments(sft_adapter="null").sft_adapter is None
 
 

@@ -113,6 +113,37 @@ def test_updates_raise_the_expected_value_of_the_policy(value_data: Path, value_
     assert raises_expected_value(trainer, point)
 
 
+def test_hard_points_are_those_whose_served_option_earns_less_than_the_best(
+    value_data: Path,  # noqa: F811
+    value_adapter: Path,
+    tmp_path: Path,
+) -> None:
+    """`--hard_points` keeps the points where the start's best-scored option is not the best one: by
+    the table's values, or (online) by what each option earned when played out, whatever the table says."""
+    from train.args import parse_train_args
+    from train.grpo import make_parser
+    from train.online_rewards import Group
+    from train.value_grpo import load_points, missed_points, point_scores, trainable_value_model
+
+    argv = [*TINY, "--value_adapter", str(value_adapter), "--data", str(value_data), "--output_dir", str(tmp_path),
+            "--spread_only", "true"]  # fmt: skip
+    script_args, training_args, model_args = parse_train_args(make_parser(), argv)
+    model, tokenizer, _ = trainable_value_model(str(value_adapter), model_args, training_args)
+    points = load_points(script_args, "train", 12, 0, online=False)
+    picks = [int(point_scores(model, tokenizer, p, lm_head=False).argmax()) for p in points]
+
+    by_table = [p for p, i in zip(points, picks, strict=True) if p.values[i] < max(p.values)]
+    assert missed_points(model, tokenizer, points, False, reward=None) == by_table
+
+    class FirstOptionWins:  # online: only each point's first option succeeds when played out
+        def play(self, groups: list[Group]) -> dict[Group, list[float]]:
+            return {g: [1.0] + [0.0] * (len(g.decisions) - 1) for g in groups}
+
+    online = missed_points(model, tokenizer, points, False, reward=FirstOptionWins())  # type: ignore[arg-type]
+    assert online == [p for p, i in zip(points, picks, strict=True) if i != 0]
+    assert 0 < len(online) < len(points) and 0 < len(by_table) < len(points)  # a real selection, not all or none
+
+
 def test_online_value_grpo_plays_options_out_logs_writes_a_value_adapter_and_resumes(
     value_data: Path,  # noqa: F811
     value_adapter: Path,

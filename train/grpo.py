@@ -67,6 +67,14 @@ class GRPOScriptArguments(TrainScriptArguments):
             "the choice matters (elsewhere every sampled option earns one reward and no gradient)"
         },
     )
+    hard_points: bool = field(
+        default=False,
+        metadata={
+            "help": "value adapter: train (and hold out) only the decision points where the start's served option "
+            "earns less than the point's best, played out once from the point with --reward online (else by the "
+            "table): the points it still gets wrong"
+        },
+    )
     balance_review: bool = field(
         default=True,
         metadata={
@@ -132,6 +140,8 @@ class GRPOScriptArguments(TrainScriptArguments):
             raise UserInputError(
                 "give --sft_adapter (a generative controller) or --value_adapter (a value controller), not both"
             )
+        if self.hard_points and not self.value_adapter:
+            raise UserInputError("hard_points screens a value adapter's decision points: give --value_adapter too")
         if not 0.0 <= self.lateness_penalty < 1.0:
             raise UserInputError(f"lateness_penalty {self.lateness_penalty} must be within [0, 1)")
 

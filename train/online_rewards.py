@@ -167,7 +167,8 @@ class OnlineRewardLog(TrainerCallback):
     per logging step, and restores per second of reward time; stops the reward's workers at the end."""
 
     def __init__(self, reward: OnlineReward) -> None:
-        self.reward, self.seen = reward, {"points": 0.0, "restores": 0.0, "seconds": 0.0}
+        self.reward = reward  # counted from here: what ran before training (screening points) is not a step's
+        self.seen = {k: reward.stats[k] for k in ("points", "restores", "seconds")}
 
     def on_train_end(self, args, state, control, **kwargs):
         self.reward.close()

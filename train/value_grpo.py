@@ -126,6 +126,48 @@ def load_points(
     return points
 
 
+def point_scores(model: Any, tokenizer: Any, point: OptionPoint, lm_head: bool) -> Any:
+    """Every option's score as the controller serves it (differentiable where gradients are on)."""
+    from rir_runtime.llm import backends
+    from rir_runtime.llm.value import as_chat, encode, option_scores, prompt_cache, split_head
+
+    if lm_head:  # the prompt once, the options over its cache, as `LikelihoodScorer` serves them
+        prompt_ids = backends.encode_prompt(tokenizer, as_chat(point.prompt))
+        kw = backends.cache_keyword(model)
+        first_lp, cache = backends.prompt_log_probs_and_cache(model, prompt_ids, kw)
+        tails = backends.continuation_tokens(tokenizer, point.texts)
+        return backends.tail_log_probs(model, cache, kw, first_lp, len(prompt_ids), tails, tokenizer.pad_token_id)
+    body, head = split_head(model)
+    encoded = [encode(tokenizer, point.prompt, text) for text in point.texts]
+    prompt_ids = encoded[0][0]
+    cache = prompt_cache(body, prompt_ids)
+    return option_scores(body, head, cache, len(prompt_ids), [ids for _, ids in encoded], tokenizer.pad_token_id)
+
+
+def missed_points(
+    model: Any, tokenizer: Any, points: list[OptionPoint], lm_head: bool, reward: OnlineReward | None
+) -> list[OptionPoint]:
+    """The points whose served option (the start's best score) earns less than their best option: every
+    option played out once from the point's restored state where the reward is online, else the table.
+    Where a trained policy already picks the best, a group's spread only reshuffles near-ties; these
+    points are the ones its gradient can fix."""
+    import torch
+    from tqdm.auto import tqdm
+
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        picks = [int(point_scores(model, tokenizer, p, lm_head).argmax()) for p in tqdm(points, desc="start's picks")]
+    model.train(was_training)
+    if reward is None:
+        values = [p.values for p in points]
+    else:
+        groups = [Group(p.job, p.review_index, tuple(p.forced(o) for o in p.options)) for p in points]
+        played = reward.play(groups)
+        values = [tuple(played[g]) for g in groups]
+    return [p for p, pick, v in zip(points, picks, values, strict=True) if v[pick] < max(v)]
+
+
 def collate_points(points: list[OptionPoint]) -> dict[str, list[OptionPoint]]:
     return {"points": points}
 
@@ -162,21 +204,7 @@ class OptionGRPOTrainer(Trainer):
 
     def scores(self, model: Any, point: OptionPoint) -> Any:
         """Every option's score as the controller serves it, differentiable."""
-        from rir_runtime.llm import backends
-        from rir_runtime.llm.value import as_chat, encode, option_scores, prompt_cache, split_head
-
-        model, tokenizer = self.accelerator.unwrap_model(model), self.tokenizer
-        if self.lm_head:  # the prompt once, the options over its cache, as `LikelihoodScorer` serves them
-            prompt_ids = backends.encode_prompt(tokenizer, as_chat(point.prompt))
-            kw = backends.cache_keyword(model)
-            first_lp, cache = backends.prompt_log_probs_and_cache(model, prompt_ids, kw)
-            tails = backends.continuation_tokens(tokenizer, point.texts)
-            return backends.tail_log_probs(model, cache, kw, first_lp, len(prompt_ids), tails, tokenizer.pad_token_id)
-        body, head = split_head(model)
-        encoded = [encode(tokenizer, point.prompt, text) for text in point.texts]
-        prompt_ids = encoded[0][0]
-        cache = prompt_cache(body, prompt_ids)
-        return option_scores(body, head, cache, len(prompt_ids), [ids for _, ids in encoded], tokenizer.pad_token_id)
+        return point_scores(self.accelerator.unwrap_model(model), self.tokenizer, point, self.lm_head)
 
     def log_probs(self, model: Any, point: OptionPoint) -> Any:
         """log pi(o | point) for every option, differentiable."""
@@ -354,6 +382,20 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
         if online
         else None
     )
+    if script_args.hard_points:
+        lm_head = value_head(start_card) == LM
+        screened = {"train": len(train_points), "eval": len(eval_points or [])}
+        train_points = missed_points(model, tokenizer, train_points, lm_head, reward)
+        eval_points = missed_points(model, tokenizer, eval_points, lm_head, reward) if eval_points else eval_points
+        print(
+            f"hard points: {len(train_points)} of {screened['train']} train and {len(eval_points or [])} of "
+            f"{screened['eval']} held-out decision points, where the start's served option earns less than the best"
+        )
+        if not train_points:
+            raise UserInputError(
+                "no train decision point where the start's served option falls short of the best: nothing for "
+                "--hard_points to train on (set it false, or raise --max_train_samples)"
+            )
     phases = StepPhases(OPTION_TIMED)  # scoring (the sampling's pass), rewards and backward seconds in the logs
     trainer = OptionGRPOTrainer(
         model=model,
@@ -380,6 +422,7 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
             "rewards": reward_settings(script_args),
             "decision_points": len(train_points),
             "spread_only": script_args.spread_only,
+            "hard_points": script_args.hard_points,
         },
     )
     return trainer, card
