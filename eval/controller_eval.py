@@ -76,7 +76,7 @@ class ControllerEvalConfig:
     def __post_init__(self) -> None:
         for spec in self.controller:
             check_controller_name(spec)
-            if spec in HINDSIGHT_CONTROLLERS:
+            if spec.partition(":")[0] in HINDSIGHT_CONTROLLERS:
                 raise ValueError(
                     f"{spec} needs hindsight of a running episode (the oracle produced these labels); score "
                     "heuristic, prompted:<m> or tuned:<adapter>"

@@ -126,11 +126,9 @@ class EpisodeRunner:
         budgets: Budgets = DEFAULT_BUDGETS,
         review_interval: int = 4,
         memory_chars: int = 1200,
-        hindsight_rollouts: int = 1,
     ) -> None:
         self.env, self.policy, self.controller, self.preset = env, policy, controller, preset
         self.budgets, self.review_interval, self.memory_chars = budgets, review_interval, memory_chars
-        self.hindsight_rollouts = hindsight_rollouts  # K continuations per option of `oracle-agent`
 
     # --- the loop -------------------------------------------------------------------------------
     def run(self, task: TaskSpec) -> EpisodeRecord:
@@ -149,8 +147,9 @@ class EpisodeRunner:
         ep = Episode(task, obs.objective, memory, observation=obs.text, score=obs.score)
         ep.store.save(self.env, ())
         probe = ValueProbe(self.env)
+        draws = getattr(self.controller, "hindsight_draws", 0)  # oracle-agent:<K>: K fresh draws, not its own future
         agent = AgentProbe(
-            self.env, lambda env, k: self.policy.fork(env, k), self.preset.guidance, self.hindsight_rollouts
+            self.env, lambda env, k: self.policy.fork(env, k), self.preset.guidance, draws or 1, first=1 if draws else 0
         )
         if self.controller.uses_hindsight:
             ep.hindsight = Hindsight(probe, lambda i: ep.store[i].snapshot, partial(self._option_values, ep, agent))

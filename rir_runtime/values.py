@@ -178,6 +178,7 @@ class AgentProbe:
     fork: PolicyFork
     guidance: Guidance = field(default_factory=Guidance)
     rollouts: int = 1
+    first: int = 0  # continuations first .. first + rollouts - 1; 0 is the agent's own future, 1.. fresh draws
     env_steps: int = 0
     continuations: int = 0
     _cache: dict[str, float] = field(default_factory=dict)
@@ -192,7 +193,7 @@ class AgentProbe:
             try:
                 for option in todo:
                     wins = []
-                    for k in range(self.rollouts):
+                    for k in range(self.first, self.first + self.rollouts):
                         wins.append(self._continue(task, objective, starts[option], max_calls, k, moved))
                         moved = True
                     self._cache[keys[option]] = sum(wins) / len(wins)

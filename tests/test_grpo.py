@@ -232,7 +232,9 @@ def test_grpo_script_arguments_are_checked() -> None:
     with pytest.raises(UserInputError, match="lateness_penalty 1.0 must be within"):
         GRPOScriptArguments(lateness_penalty=1.0)
     with pytest.raises(UserInputError, match="hard_points screens a value adapter.*--value_adapter"):
-        GRPOScriptArguments(hard_points=True)
+        GRPOScriptArguments(hard_points="table")
+    with pytest.raises(UserInputError, match="--hard_points online plays the options out.*--reward online"):
+        GRPOScriptArguments(hard_points="online", value_adapter="runs/value-where")
     assert GRPOScriptArguments(sft_adapter="null").sft_adapter is None
 
 

@@ -11,7 +11,7 @@ from rir_runtime.controllers import AgentOracleController, HeuristicController, 
 from rir_runtime.decisions import Decision, Review
 from rir_runtime.envs import TaskSpec
 from rir_runtime.envs.builtin import WorkshopEnv
-from rir_runtime.errors import RIRError
+from rir_runtime.errors import RIRError, UserInputError
 from rir_runtime.guidance import Guidance
 from rir_runtime.loop import EpisodeRunner
 from rir_runtime.memory import ReflectionMemory
@@ -66,6 +66,34 @@ def test_it_never_does_worse_than_the_heuristic_with_one_rollback_and_the_room_i
     heuristic = [run(task, HeuristicController()).success for task in TASKS]
     assert not any(h and not o for o, h in zip(oracle, heuristic, strict=True))
     assert sum(oracle) > sum(heuristic)
+
+
+def test_fresh_draws_value_options_by_other_continuations_than_the_agents_own_future() -> None:
+    """`oracle-agent:<K>` plays continuations 1..K (the agent's noise drawn afresh), never continuation
+    0 (the very mistakes it will make); with K draws a value is a share of K; it keeps no edge that
+    lies only in the agent's luck: where the two bounds disagree, the own-future one wins more."""
+    forks: list[int] = []
+
+    class Spy(NoisyExpertPolicy):
+        def fork(self, env, k: int) -> NoisyExpertPolicy:
+            forks.append(k)
+            return super().fork(env, k)
+
+    env = WorkshopEnv()
+    obs = env.reset(TASKS[0])
+    here = Start(env.checkpoint(), (), ReflectionMemory(obs.objective), obs.text, current=True)
+    value = AgentProbe(env, Spy(env, 0.5).fork, Guidance(), rollouts=4, first=1).values(
+        "t", obs.objective, {None: here}, 40
+    )
+    assert forks == [1, 2, 3, 4] and value[None] in (0.0, 0.25, 0.5, 0.75, 1.0)
+
+    expected = make_controller("when=heuristic;where=oracle-agent:2;what=heuristic")
+    assert expected.name == "when=heuristic,where=oracle-agent:2,what=heuristic" and expected.hindsight_draws == 2
+    own = [run(task, make_controller("oracle-agent")).success for task in TASKS]
+    fresh = [run(task, make_controller("oracle-agent:2")).success for task in TASKS]
+    assert own != fresh and sum(own) >= sum(fresh)
+    with pytest.raises(UserInputError, match="oracle-agent:x.*whole number >= 1"):
+        make_controller("oracle-agent:x")
 
 
 def test_probing_leaves_the_episode_as_it_was() -> None:

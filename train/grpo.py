@@ -67,12 +67,13 @@ class GRPOScriptArguments(TrainScriptArguments):
             "the choice matters (elsewhere every sampled option earns one reward and no gradient)"
         },
     )
-    hard_points: bool = field(
-        default=False,
+    hard_points: str = field(
+        default="off",
         metadata={
             "help": "value adapter: train (and hold out) only the decision points where the start's served option "
-            "earns less than the point's best, played out once from the point with --reward online (else by the "
-            "table): the points it still gets wrong"
+            "earns less than the point's best: by the table's hindsight values, or by playing every option out "
+            "once from the point (online; one playout, so a lucky or unlucky continuation decides); off: all",
+            "choices": ["off", "table", "online"],
         },
     )
     balance_review: bool = field(
@@ -140,8 +141,10 @@ class GRPOScriptArguments(TrainScriptArguments):
             raise UserInputError(
                 "give --sft_adapter (a generative controller) or --value_adapter (a value controller), not both"
             )
-        if self.hard_points and not self.value_adapter:
+        if self.hard_points != "off" and not self.value_adapter:
             raise UserInputError("hard_points screens a value adapter's decision points: give --value_adapter too")
+        if self.hard_points == "online" and self.reward != "online":
+            raise UserInputError("--hard_points online plays the options out: set --reward online, or judge by table")
         if not 0.0 <= self.lateness_penalty < 1.0:
             raise UserInputError(f"lateness_penalty {self.lateness_penalty} must be within [0, 1)")
 

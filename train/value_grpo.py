@@ -382,11 +382,12 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
         if online
         else None
     )
-    if script_args.hard_points:
+    if script_args.hard_points != "off":
         lm_head = value_head(start_card) == LM
         screened = {"train": len(train_points), "eval": len(eval_points or [])}
-        train_points = missed_points(model, tokenizer, train_points, lm_head, reward)
-        eval_points = missed_points(model, tokenizer, eval_points, lm_head, reward) if eval_points else eval_points
+        judge = reward if script_args.hard_points == "online" else None  # None: the table's values
+        train_points = missed_points(model, tokenizer, train_points, lm_head, judge)
+        eval_points = missed_points(model, tokenizer, eval_points, lm_head, judge) if eval_points else eval_points
         print(
             f"hard points: {len(train_points)} of {screened['train']} train and {len(eval_points or [])} of "
             f"{screened['eval']} held-out decision points, where the start's served option earns less than the best"
@@ -394,7 +395,7 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
         if not train_points:
             raise UserInputError(
                 "no train decision point where the start's served option falls short of the best: nothing for "
-                "--hard_points to train on (set it false, or raise --max_train_samples)"
+                "--hard_points to train on (set it off, or raise --max_train_samples)"
             )
     phases = StepPhases(OPTION_TIMED)  # scoring (the sampling's pass), rewards and backward seconds in the logs
     trainer = OptionGRPOTrainer(

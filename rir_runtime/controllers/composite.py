@@ -17,6 +17,7 @@ class CompositeController:
         self.name = f"when={when.name},where={where.name},what={what.name}"
         self.uses_model = when.uses_model or where.uses_model or what.uses_model
         self.uses_hindsight = when.uses_hindsight or where.uses_hindsight or what.uses_hindsight
+        self.hindsight_draws = max(getattr(c, "hindsight_draws", 0) for c in (when, where, what))
 
     def review(self, ctx: DecisionContext) -> Decision:
         return self.when.review(ctx)

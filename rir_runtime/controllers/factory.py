@@ -16,6 +16,7 @@ CONTROLLER_KINDS = (
     "heuristic",
     "oracle",
     "oracle-agent",
+    "oracle-agent:<K>",
     "prompted:<model>",
     "tuned:<adapter-folder>",
     "value:<adapter-folder>",
@@ -45,7 +46,7 @@ def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None 
     if kind == "oracle":
         return OracleController()
     if kind == "oracle-agent":
-        return AgentOracleController()
+        return AgentOracleController(hindsight_draws(arg))
     if kind in ("random-review", "random-restore"):
         return ExploringController(kind == "random-review", kind == "random-restore")
     if kind in ("prompted", "tuned") and arg:
@@ -70,6 +71,18 @@ def make_controller(spec: str, backend_factory: Callable[[str], Backend] | None 
     if kind == "value" and arg:
         return value_controller(arg)
     raise UnknownNameError("controller", spec, list(CONTROLLER_KINDS))
+
+
+def hindsight_draws(arg: str) -> int:
+    """`oracle-agent:<K>`'s K (fresh draws of the agent's noise per option); none: 0, its own future."""
+    if not arg:
+        return 0
+    if not arg.isdigit() or int(arg) < 1:
+        raise UserInputError(
+            f"oracle-agent:{arg}: the argument is how many fresh continuations value an option, a whole number >= 1 "
+            "(e.g. oracle-agent:4); plain oracle-agent plays the agent's own future"
+        )
+    return int(arg)
 
 
 def value_controller(adapter: str) -> Controller:

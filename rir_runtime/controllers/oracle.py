@@ -62,10 +62,18 @@ class AgentOracleController(HeuristicController):
     (`ctx.hindsight.agent_value`). It recovers where a recovery beats continuing, to the latest
     checkpoint of highest value, and its What is the rule's record of that step: the lesson its values
     assumed. Its success minus the heuristic's is the room a learned When and Where has on this agent;
-    `oracle`, valued by the expert's plan, can call a loop the agent never leaves winnable."""
+    `oracle`, valued by the expert's plan, can call a loop the agent never leaves winnable.
 
-    name = "oracle-agent"
+    `oracle-agent` plays the agent's own future (continuation 0: the very mistakes it will make), so
+    it also knows the agent's luck, which no controller reading the trajectory can. `oracle-agent:<K>`
+    values each option by K continuations that draw the agent's noise afresh (1..K): the expected value
+    of a decision, the bound for a controller that foresees no particular draw."""
+
     uses_hindsight = True
+
+    def __init__(self, draws: int = 0) -> None:
+        self.hindsight_draws = draws  # 0: the agent's own future; K: K fresh draws of its noise
+        self.name = f"oracle-agent:{draws}" if draws else "oracle-agent"
 
     @staticmethod
     def _hindsight(ctx: DecisionContext) -> Hindsight:

@@ -267,6 +267,11 @@ def check_controller_name(spec: str) -> None:
             continue
         if kind == "prompted" and arg:
             continue
+        if kind == "oracle-agent" and arg:
+            from rir_runtime.controllers.factory import hindsight_draws
+
+            hindsight_draws(arg)
+            continue
         if kind not in ("heuristic", "oracle", "oracle-agent", "random-review", "random-restore") or arg:
             raise UnknownNameError("controller", spec, list(CONTROLLER_KINDS))
 
