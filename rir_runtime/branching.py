@@ -38,6 +38,7 @@ class Forced:
     recover: bool
     restore_to: int | None = None
     segment: tuple[int, int] | None = None  # the coarse Where given; the controller's fine Where inside it
+    draw: int = 0  # the agent's noise after the fork: 0 its own future (the episode's), k > 0 a fresh draw
 
     @property
     def label(self) -> str:
@@ -107,7 +108,7 @@ class BranchingRunner(EpisodeRunner):
         for decision in decisions:
             self.env.restore(here)
             branch = run.fork()
-            self.policy = agent.fork(self.env, 0)  # its own copy of the agent's state: k = 0, the same agent
+            self.policy = agent.fork(self.env, decision.draw)  # its own copy of the agent's state (0: the same agent)
             started = fingerprint(branch.ep)
             record = self._resume(branch, fork, decision)
             outcomes.append(

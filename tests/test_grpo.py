@@ -235,6 +235,8 @@ def test_grpo_script_arguments_are_checked() -> None:
         GRPOScriptArguments(hard_points="table")
     with pytest.raises(UserInputError, match="--hard_points online plays the options out.*--reward online"):
         GRPOScriptArguments(hard_points="online", value_adapter="runs/value-where")
+    with pytest.raises(UserInputError, match="reward_draws 2: a whole number >= 0, with --reward online"):
+        GRPOScriptArguments(reward_draws=2)
     assert GRPOScriptArguments(sft_adapter="null").sft_adapter is None
 
 

@@ -66,6 +66,25 @@ def test_a_groups_decisions_start_from_one_state_and_are_rewarded_by_what_they_d
     assert rewarded and reward.stats["restores"] == 2 * rewarded
 
 
+def test_fresh_draws_reward_a_decision_by_its_mean_over_the_agents_noise_drawn_afresh(data: Path) -> None:
+    """With `draws` K a decision is played K times from the one state, continuation k = 1..K of the
+    agent (never its own future, k = 0), and rewarded by the mean; some decisions' fresh draws disagree
+    with the own future, which is what the draws are for."""
+    reward = OnlineReward(rollback_cost=0.1, draws=3)
+    replies = ['{"decision": "continue", "reason": "x"}', '{"decision": "recover", "reason": "x"}']
+    differ = 0
+    for row in review_rows(data)[:12]:
+        got = call(reward, row, replies)
+        assert all(len(states) == 1 for states in reward.fingerprints.values())
+        job = EpisodeJob.from_json(row["job"])
+        for value, decision in zip(got, [Forced(False), Forced(True)], strict=True):
+            plays = branch_job(job, row["review_index"], [Forced(decision.recover, draw=k) for k in (1, 2, 3)])
+            assert value == pytest.approx(sum(float(o.success) - 0.1 * o.rollbacks for o in plays) / 3)
+            (own,) = branch_job(job, row["review_index"], [decision])
+            differ += value != pytest.approx(float(own.success) - 0.1 * own.rollbacks)
+    assert reward.stats["restores"] == 12 * 2 * 3 and differ > 0
+
+
 def test_the_decision_the_episode_made_is_rewarded_with_the_episodes_own_outcome(data: Path) -> None:
     from rir_runtime.orchestration.jobs import run_job
 

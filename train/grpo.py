@@ -111,6 +111,13 @@ class GRPOScriptArguments(TrainScriptArguments):
     call_cost: float = field(
         default=0.0, metadata={"help": "online reward: cost of each controller model call after the decision"}
     )
+    reward_draws: int = field(
+        default=0,
+        metadata={
+            "help": "online reward: 0 plays each decision once, as the agent's own future (its luck decides too); "
+            "K > 0 plays it K times with the agent's noise drawn afresh and rewards the mean: its expected outcome"
+        },
+    )
     reward_workers: int = field(
         default=1, metadata={"help": "online reward: processes (or Ray actors) that play the decisions out"}
     )
@@ -141,6 +148,8 @@ class GRPOScriptArguments(TrainScriptArguments):
             raise UserInputError(
                 "give --sft_adapter (a generative controller) or --value_adapter (a value controller), not both"
             )
+        if self.reward_draws < 0 or (self.reward_draws and self.reward != "online"):
+            raise UserInputError(f"reward_draws {self.reward_draws}: a whole number >= 0, with --reward online")
         if self.hard_points != "off" and not self.value_adapter:
             raise UserInputError("hard_points screens a value adapter's decision points: give --value_adapter too")
         if self.hard_points == "online" and self.reward != "online":
@@ -205,6 +214,7 @@ def reward_functions(script_args: GRPOScriptArguments) -> list[Any]:
                 script_args.call_cost,
                 script_args.reward_workers,
                 script_args.reward_executor,
+                script_args.reward_draws,
             )
         ]
     return [review_reward, functools.partial(locate_reward, lateness=script_args.lateness_penalty)]
@@ -220,7 +230,12 @@ def online_logs(rewards: list[Any]) -> list[Any]:
 def reward_settings(script_args: GRPOScriptArguments) -> dict[str, Any]:
     """What the card says of the rewards the adapter was trained on."""
     if script_args.reward == "online":
-        return {"reward": "online", "rollback_cost": script_args.rollback_cost, "call_cost": script_args.call_cost}
+        return {
+            "reward": "online",
+            "rollback_cost": script_args.rollback_cost,
+            "call_cost": script_args.call_cost,
+            "draws": script_args.reward_draws,
+        }
     return {"reward": "table", "locate_lateness_penalty": script_args.lateness_penalty}
 
 

@@ -12,8 +12,11 @@ agent ranking greedily). The reward is the outcome less stated costs:
 
     reward = success - rollback_cost x rollbacks after the decision - call_cost x controller model calls after it
 
-so a group's advantages are exact comparisons of decisions from one state. An unparseable sample earns
-0 and is not played. Counters for the trainer's logs (`OnlineRewardLog`): restores, reward evaluations
+so a group's advantages are exact comparisons of decisions from one state. Played once, a decision
+meets the agent's own future, the mistakes it would make after it; that is luck as much as the
+decision (a scripted agent's injected errors are drawn per state), so with `draws` K each decision is
+played K times with the agent's noise drawn afresh and the reward is their mean. An unparseable sample
+earns 0 and is not played. Counters for the trainer's logs (`OnlineRewardLog`): restores, reward evaluations
 and the seconds they took, per logging step.
 """
 
@@ -23,7 +26,7 @@ import json
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from transformers import TrainerCallback
@@ -91,6 +94,7 @@ class OnlineReward:
     call_cost: float = 0.0
     workers: int = 1
     executor: str = "local"
+    draws: int = 0  # 0: each decision played once, as the agent's own future; K: the mean of K fresh draws
     stats: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     fingerprints: dict[Group, set[str]] = field(default_factory=dict)  # the last call's: one state per group
     session: Session[Group, tuple[Group, list[Played]]] | None = field(default=None, repr=False)
@@ -126,15 +130,28 @@ class OnlineReward:
         start = time.perf_counter()
         if self.session is None:  # workers (and their cached environments) live until `close`
             self.session = make_executor(self.executor, self.workers, 1, "").session(group_player)
+        played = {self._drawn(g): g for g in groups}
         self.fingerprints, rewards = {}, {}
-        for group, results in self.session.map(groups):
-            rewards[group] = [
+        for drawn, results in self.session.map(list(played)):
+            group, each = played[drawn], max(1, self.draws)
+            per_play = [
                 float(success) - self.rollback_cost * rollbacks - self.call_cost * calls
                 for success, _score, rollbacks, calls, _steps, _origin in results
             ]
+            rewards[group] = [sum(per_play[i : i + each]) / each for i in range(0, len(per_play), each)]
             self.fingerprints[group] = {origin for *_, origin in results}
-        self._count(len(groups), sum(len(g.decisions) for g in groups), time.perf_counter() - start)
+        self._count(len(groups), sum(len(g.decisions) for g in played), time.perf_counter() - start)
         return rewards
+
+    def _drawn(self, group: Group) -> Group:
+        """The plays of a group: each decision once (the agent's own future), or with `draws` K, each
+        decision K times with the agent's noise drawn afresh (1..K), so that a reward is the decision's
+        expected outcome and not the luck of the one future that followed it."""
+        if not self.draws:
+            return group
+        return replace(
+            group, decisions=tuple(replace(d, draw=k) for d in group.decisions for k in range(1, self.draws + 1))
+        )
 
     @staticmethod
     def _groups(forced: list[Forced | None], job: list[str], review_index: list[int]) -> dict[Group, list[int]]:

@@ -377,7 +377,11 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
     training_args.remove_unused_columns = False
     reward = (
         OnlineReward(
-            script_args.rollback_cost, script_args.call_cost, script_args.reward_workers, script_args.reward_executor
+            script_args.rollback_cost,
+            script_args.call_cost,
+            script_args.reward_workers,
+            script_args.reward_executor,
+            script_args.reward_draws,
         )
         if online
         else None
