@@ -10,6 +10,7 @@ one exact McNemar comparison per unordered pair of method keys (see eval/paired.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -89,6 +90,9 @@ ROOM_BOUND, ROOM_BASE = "oracle-agent", "heuristic"  # the room: what a better c
 # The heuristic's When with the oracle-agent's Where (as a composite controller names itself): the share of the
 # room a better Where alone takes. On the decision presets it is nearly all of it.
 WHERE_BOUND = "when=heuristic,where=oracle-agent,what=heuristic"
+# The same with the Where valued by fresh draws of the agent's noise (`oracle-agent:<K>`, any K): the Where's
+# room without the agent's luck, the bound for a Where that reads the trajectory.
+FRESH_WHERE_BOUND = re.compile(r"when=heuristic,where=oracle-agent:\d+,what=heuristic")
 
 
 def room(records: list[EpisodeRecord]) -> list[dict[str, Any]]:
@@ -110,6 +114,9 @@ def room(records: list[EpisodeRecord]) -> list[dict[str, Any]]:
             if not by_key.get(bound) or not by_key.get(base):
                 continue
             rates = {k: round(sum(r.success for r in v) / len(v), 4) for k, v in by_key.items()}
+            fresh = sorted(
+                k for k in rates if k.startswith(f"{method}/") and FRESH_WHERE_BOUND.fullmatch(k.split("/", 1)[1])
+            )
             (test,) = pairwise({bound: by_key[bound], base: by_key[base]})
             test = test if test.a == bound else test.swapped()
             rows.append(
@@ -121,6 +128,7 @@ def room(records: list[EpisodeRecord]) -> list[dict[str, Any]]:
                     "oracle_expert": rates.get(f"{method}/oracle"),
                     "oracle_agent": rates[bound],
                     "oracle_agent_where": rates.get(f"{method}/{WHERE_BOUND}"),
+                    "oracle_agent_where_fresh": rates[fresh[-1]] if fresh else None,
                     **{k: v for k, v in test.to_dict().items() if k not in ("a", "b")},
                 }
             )

@@ -127,7 +127,8 @@ def test_eval_reports_the_room_per_cell_with_its_paired_test(tmp_path) -> None:
 
     cfg = EvalConfig(
         env="builtin", tasks=["workshop-3", "workshop-4"], variations="0-9", methods=["react", "rir"],
-        controller=["heuristic", "oracle", "oracle-agent", "when=heuristic;where=oracle-agent;what=heuristic"],
+        controller=["heuristic", "oracle", "oracle-agent", "when=heuristic;where=oracle-agent;what=heuristic",
+                    "when=heuristic;where=oracle-agent:2;what=heuristic"],
         budget_agent="40", budget_rollback=1,
         review_interval=8, error_rate=0.2, out=str(tmp_path),
     )  # fmt: skip
@@ -141,5 +142,10 @@ def test_eval_reports_the_room_per_cell_with_its_paired_test(tmp_path) -> None:
     assert rooms["all"]["a_only"] == rooms["workshop-3"]["a_only"] + rooms["workshop-4"]["a_only"]
     where_only = summary["methods"]["rir/when=heuristic,where=oracle-agent,what=heuristic"]["success_rate"]
     assert rooms["all"]["oracle_agent_where"] == pytest.approx(where_only, abs=1e-3)
+    fresh = summary["methods"]["rir/when=heuristic,where=oracle-agent:2,what=heuristic"]["success_rate"]
+    assert rooms["all"]["oracle_agent_where_fresh"] == pytest.approx(fresh, abs=1e-3)
     report = (tmp_path / "report.md").read_text()
-    assert "## Room for a better controller" in report and "heuristic When, oracle-agent Where |" in report
+    assert (
+        "## Room for a better controller" in report
+        and "heuristic When, oracle-agent Where | the same, fresh draws |" in report
+    )
