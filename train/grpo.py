@@ -72,7 +72,7 @@ class GRPOScriptArguments(TrainScriptArguments):
         metadata={
             "help": "value adapter: train (and hold out) only the decision points where the start's served option "
             "earns less than the point's best: by the table's hindsight values, or by playing every option out "
-            "once from the point (online; one playout, so a lucky or unlucky continuation decides); off: all",
+            "from the point as the online reward does (one play, unless --reward_draws: luck decides many); off: all",
             "choices": ["off", "table", "online"],
         },
     )

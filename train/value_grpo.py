@@ -148,7 +148,8 @@ def missed_points(
     model: Any, tokenizer: Any, points: list[OptionPoint], lm_head: bool, reward: OnlineReward | None
 ) -> list[OptionPoint]:
     """The points whose served option (the start's best score) earns less than their best option: every
-    option played out once from the point's restored state where the reward is online, else the table.
+    option played out from the point's restored state as `reward` plays it (once, or the mean of its
+    fresh draws), or by the table where `reward` is None.
     Where a trained policy already picks the best, a group's spread only reshuffles near-ties; these
     points are the ones its gradient can fix."""
     import torch
@@ -396,11 +397,15 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
             f"hard points: {len(train_points)} of {screened['train']} train and {len(eval_points or [])} of "
             f"{screened['eval']} held-out decision points, where the start's served option earns less than the best"
         )
-        if not train_points:
-            raise UserInputError(
-                "no train decision point where the start's served option falls short of the best: nothing for "
-                "--hard_points to train on (set it off, or raise --max_train_samples)"
-            )
+        for split, points, cap in (
+            ("train", train_points, "max_train_samples"),
+            ("held-out", eval_points, "max_eval_samples"),
+        ):
+            if points is not None and not points:
+                raise UserInputError(
+                    f"no {split} decision point where the start's served option falls short of the best: nothing for "
+                    f"--hard_points to {'train' if split == 'train' else 'evaluate'} on (set it off, or raise --{cap})"
+                )
     phases = StepPhases(OPTION_TIMED)  # scoring (the sampling's pass), rewards and backward seconds in the logs
     trainer = OptionGRPOTrainer(
         model=model,
