@@ -157,7 +157,7 @@ ROOM_NOTE = (
     "`oracle-agent` recovers where continuations of this very agent say a recovery (its lesson kept) "
     "beats going on, to the best checkpoint: what a perfect When and Where could do for this agent. The "
     "room is its success minus the heuristic's on the same episodes; `oracle` values by the expert's plan "
-    "instead. The last column keeps the heuristic's When and takes the oracle-agent's Where (controller "
+    "instead. The next-to-last column keeps the heuristic's When and takes the oracle-agent's Where (controller "
     "`when=heuristic;where=oracle-agent;what=heuristic`, where it ran): how much of the room is the Where's. "
     "The oracle-agent plays the agent's own future, its luck included; the last column values the Where by "
     "fresh draws of the agent's noise (`where=oracle-agent:<K>`): the bound for a Where that reads the "
