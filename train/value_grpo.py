@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import random
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -61,6 +62,10 @@ class OptionPoint:
 
     def forced(self, option: int | None) -> Forced:
         return Forced(False) if option is None else Forced(True, restore_to=option)
+
+    def group(self, indices: Iterable[int]) -> Group:
+        """The options at `indices` as one group to play out from this point's restored state."""
+        return Group(self.job, self.review_index, tuple(self.forced(self.options[i]) for i in indices))
 
 
 def option_points(rows: Any, with_continue: bool = True) -> list[OptionPoint]:
@@ -163,7 +168,7 @@ def missed_points(
     if reward is None:
         values = [p.values for p in points]
     else:
-        groups = [Group(p.job, p.review_index, tuple(p.forced(o) for o in p.options)) for p in points]
+        groups = [p.group(range(len(p.options))) for p in points]
         played = reward.play(groups)
         values = [tuple(played[g]) for g in groups]
     return [p for p, pick, v in zip(points, picks, values, strict=True) if v[pick] < max(v)]
@@ -222,10 +227,7 @@ class OptionGRPOTrainer(Trainer):
         """Each sampled option's reward: played out from its point's restored state, or its table value."""
         if self.reward is None:
             return [[p.values[i] for i in idx] for p, idx in zip(points, picks, strict=True)]
-        groups = [
-            Group(p.job, p.review_index, tuple(p.forced(p.options[i]) for i in idx))
-            for p, idx in zip(points, picks, strict=True)
-        ]
+        groups = [p.group(idx) for p, idx in zip(points, picks, strict=True)]
         played = self.reward.play(groups)
         return [played[g] for g in groups]
 
@@ -387,8 +389,8 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
         if online
         else None
     )
+    lm_head = value_head(start_card) == LM
     if script_args.hard_points != "off":
-        lm_head = value_head(start_card) == LM
         screened = {"train": len(train_points), "eval": len(eval_points or [])}
         judge = reward if script_args.hard_points == "online" else None  # None: the table's values
         train_points = missed_points(model, tokenizer, train_points, lm_head, judge)
@@ -414,7 +416,7 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
         eval_dataset=eval_points,
         processing_class=tokenizer,
         reward=reward,
-        lm_head=value_head(start_card) == LM,
+        lm_head=lm_head,
         callbacks=[NoSignalWarning(), *([OnlineRewardLog(reward)] if reward else []), phases],
     )
     phases.attach(trainer)
