@@ -144,6 +144,28 @@ def test_hard_points_are_those_whose_served_option_earns_less_than_the_best(
     assert 0 < len(online) < len(points) and 0 < len(by_table) < len(points)  # a real selection, not all or none
 
 
+def test_a_resumed_run_reads_its_hard_points_back_instead_of_screening_again(value_data: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The screen's choice is kept beside the run: the same settings and candidates read it back (no
+    second screen), other candidates or settings screen again."""
+    from types import SimpleNamespace
+
+    from train.value_grpo import kept_screen, load_points
+
+    args = SimpleNamespace(data=str(value_data), spread_only=True, train_split="train", balance_sources=False)
+    points = load_points(args, "train", 6, 0, online=False)
+    calls: list[int] = []
+
+    def screen(candidates: list) -> list:
+        calls.append(len(candidates))
+        return candidates[::2]
+
+    path, settings = tmp_path / "hard_points-train.json", {"hard_points": "table"}
+    first = kept_screen(path, settings, points, screen)
+    assert kept_screen(path, settings, points, screen) == first == points[::2] and calls == [6]
+    assert kept_screen(path, settings, points[:4], screen) == points[:4:2] and calls == [6, 4]
+    assert kept_screen(path, {"hard_points": "online"}, points[:4], screen) == points[:4:2] and calls == [6, 4, 4]
+
+
 def test_online_value_grpo_plays_options_out_logs_writes_a_value_adapter_and_resumes(
     value_data: Path,  # noqa: F811
     value_adapter: Path,

@@ -32,8 +32,9 @@ from __future__ import annotations
 import json
 import random
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 from transformers import Trainer
@@ -172,6 +173,29 @@ def missed_points(
         played = reward.play(groups)
         values = [tuple(played[g]) for g in groups]
     return [p for p, pick, v in zip(points, picks, values, strict=True) if v[pick] < max(v)]
+
+
+def kept_screen(
+    path: Path,
+    settings: dict[str, Any],
+    points: list[OptionPoint],
+    screen: Callable[[list[OptionPoint]], list[OptionPoint]],
+) -> list[OptionPoint]:
+    """`screen(points)`, its choice kept in `path`: a resumed run (same settings, same candidate points)
+    reads it back instead of scoring and playing every point again."""
+    candidates = [[p.job, p.review_index] for p in points]
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("settings") == settings and saved.get("candidates") == candidates:
+            keep = {(job, index) for job, index in saved["points"]}
+            return [p for p in points if (p.job, p.review_index) in keep]
+    chosen = screen(points)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    kept = {"settings": settings, "candidates": candidates, "points": [[p.job, p.review_index] for p in chosen]}
+    partial.write_text(json.dumps(kept))
+    partial.replace(path)  # whole or absent: a run killed while writing screens again
+    return chosen
 
 
 def collate_points(points: list[OptionPoint]) -> dict[str, list[OptionPoint]]:
@@ -393,8 +417,20 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
     if script_args.hard_points != "off":
         screened = {"train": len(train_points), "eval": len(eval_points or [])}
         judge = reward if script_args.hard_points == "online" else None  # None: the table's values
-        train_points = missed_points(model, tokenizer, train_points, lm_head, judge)
-        eval_points = missed_points(model, tokenizer, eval_points, lm_head, judge) if eval_points else eval_points
+        settings = {
+            "hard_points": script_args.hard_points,
+            "value_adapter": script_args.value_adapter,
+            "data": script_args.data,
+            "reward_draws": script_args.reward_draws,
+        }
+
+        def screen(points: list[OptionPoint]) -> list[OptionPoint]:
+            return missed_points(model, tokenizer, points, lm_head, judge)
+
+        out = Path(training_args.output_dir)
+        train_points = kept_screen(out / "hard_points-train.json", settings, train_points, screen)
+        if eval_points:
+            eval_points = kept_screen(out / "hard_points-eval.json", settings, eval_points, screen)
         print(
             f"hard points: {len(train_points)} of {screened['train']} train and {len(eval_points or [])} of "
             f"{screened['eval']} held-out decision points, where the start's served option earns less than the best"
