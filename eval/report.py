@@ -117,8 +117,9 @@ def room_table(summary: dict[str, Any]) -> str:
 
     lines = [
         "| method | cell | episodes | react | heuristic | oracle (V_expert) | oracle-agent (V_agent) | room | "
-        "agent-oracle only | heuristic only | p | heuristic When, oracle-agent Where | the same, fresh draws |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "agent-oracle only | heuristic only | p | heuristic When, oracle-agent Where | the same, fresh draws | "
+        "oracle-agent, fresh draws |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         mark = "*" if r["significant"] else ""
@@ -126,7 +127,7 @@ def room_table(summary: dict[str, Any]) -> str:
             f"| {r['method']} | {r['scope']} | {r['episodes']} | {rate(r['react'])} | {rate(r['heuristic'])} | "
             f"{rate(r['oracle_expert'])} | {rate(r['oracle_agent'])} | {r['diff'] * 100:+.1f} pts | {r['a_only']} | "
             f"{r['b_only']} | {r['p_value']:.3g}{mark} | {rate(r.get('oracle_agent_where'))} | "
-            f"{rate(r.get('oracle_agent_where_fresh'))} |"
+            f"{rate(r.get('oracle_agent_where_fresh'))} | {rate(r.get('oracle_agent_fresh'))} |"
         )
     return "\n".join(lines)
 
@@ -157,11 +158,12 @@ ROOM_NOTE = (
     "`oracle-agent` recovers where continuations of this very agent say a recovery (its lesson kept) "
     "beats going on, to the best checkpoint: what a perfect When and Where could do for this agent. The "
     "room is its success minus the heuristic's on the same episodes; `oracle` values by the expert's plan "
-    "instead. The next-to-last column keeps the heuristic's When and takes the oracle-agent's Where (controller "
-    "`when=heuristic;where=oracle-agent;what=heuristic`, where it ran): how much of the room is the Where's. "
-    "The oracle-agent plays the agent's own future, its luck included; the last column values the Where by "
-    "fresh draws of the agent's noise (`where=oracle-agent:<K>`): the bound for a Where that reads the "
-    f"trajectory. `*`: p < {ALPHA}."
+    "instead. The last three columns: the heuristic's When with the oracle-agent's Where (controller "
+    "`when=heuristic;where=oracle-agent;what=heuristic`, where it ran), how much of the room is the Where's. "
+    "The oracle-agent plays the agent's own future, its luck included; the next values that Where by fresh "
+    "draws of the agent's noise (`where=oracle-agent:<K>`), the bound for a Where that reads the trajectory; "
+    "the last, the whole oracle-agent so valued (`oracle-agent:<K>`, When and Where), the bound for any "
+    f"controller that reads it. `*`: p < {ALPHA}."
 )
 OFFSETS_NOTE = "Relative to the first injected error of the abandoned branch (known for the error-injected expert)."
 

@@ -93,13 +93,17 @@ WHERE_BOUND = "when=heuristic,where=oracle-agent,what=heuristic"
 # The same with the Where valued by fresh draws of the agent's noise (`oracle-agent:<K>`, any K): the Where's
 # room without the agent's luck, the bound for a Where that reads the trajectory.
 FRESH_WHERE_BOUND = re.compile(r"when=heuristic,where=oracle-agent:\d+,what=heuristic")
+# The whole oracle-agent valued by fresh draws (`oracle-agent:<K>`, When and Where): the room without the agent's
+# luck, the bound for any controller that reads the trajectory.
+FRESH_BOUND = re.compile(r"oracle-agent:\d+")
 
 
 def room(records: list[EpisodeRecord]) -> list[dict[str, Any]]:
     """The room a learned controller has: `<method>/oracle-agent` minus `<method>/heuristic`, paired,
     over all episodes of the run and per task (a grid cell), for every method that ran both; with
     react, `<method>/oracle` (valued by the expert) and the oracle-agent's Where behind the heuristic's
-    When beside it, where they ran. Empty when no method ran both."""
+    When beside it, and both valued by fresh draws of the agent's noise, where they ran. Empty when no
+    method ran both."""
     methods = sorted({r.method for r in records if r.controller == ROOM_BOUND})
     rows = []
     for method in methods:
@@ -114,8 +118,9 @@ def room(records: list[EpisodeRecord]) -> list[dict[str, Any]]:
             if not by_key.get(bound) or not by_key.get(base):
                 continue
             rates = {k: round(sum(r.success for r in v) / len(v), 4) for k, v in by_key.items()}
-            fresh = sorted(
-                k for k in rates if k.startswith(f"{method}/") and FRESH_WHERE_BOUND.fullmatch(k.split("/", 1)[1])
+            fresh_where, fresh = (
+                sorted(k for k in rates if k.startswith(f"{method}/") and pattern.fullmatch(k.split("/", 1)[1]))
+                for pattern in (FRESH_WHERE_BOUND, FRESH_BOUND)
             )
             (test,) = pairwise({bound: by_key[bound], base: by_key[base]})
             test = test if test.a == bound else test.swapped()
@@ -128,7 +133,8 @@ def room(records: list[EpisodeRecord]) -> list[dict[str, Any]]:
                     "oracle_expert": rates.get(f"{method}/oracle"),
                     "oracle_agent": rates[bound],
                     "oracle_agent_where": rates.get(f"{method}/{WHERE_BOUND}"),
-                    "oracle_agent_where_fresh": rates[fresh[-1]] if fresh else None,
+                    "oracle_agent_where_fresh": rates[fresh_where[-1]] if fresh_where else None,
+                    "oracle_agent_fresh": rates[fresh[-1]] if fresh else None,
                     **{k: v for k, v in test.to_dict().items() if k not in ("a", "b")},
                 }
             )

@@ -128,7 +128,7 @@ def test_eval_reports_the_room_per_cell_with_its_paired_test(tmp_path) -> None:
     cfg = EvalConfig(
         env="builtin", tasks=["workshop-3", "workshop-4"], variations="0-9", methods=["react", "rir"],
         controller=["heuristic", "oracle", "oracle-agent", "when=heuristic;where=oracle-agent;what=heuristic",
-                    "when=heuristic;where=oracle-agent:2;what=heuristic"],
+                    "when=heuristic;where=oracle-agent:2;what=heuristic", "oracle-agent:2"],
         budget_agent="40", budget_rollback=1,
         review_interval=8, error_rate=0.2, out=str(tmp_path),
     )  # fmt: skip
@@ -144,8 +144,10 @@ def test_eval_reports_the_room_per_cell_with_its_paired_test(tmp_path) -> None:
     assert rooms["all"]["oracle_agent_where"] == pytest.approx(where_only, abs=1e-3)
     fresh = summary["methods"]["rir/when=heuristic,where=oracle-agent:2,what=heuristic"]["success_rate"]
     assert rooms["all"]["oracle_agent_where_fresh"] == pytest.approx(fresh, abs=1e-3)
+    whole_fresh = summary["methods"]["rir/oracle-agent:2"]["success_rate"]
+    assert rooms["all"]["oracle_agent_fresh"] == pytest.approx(whole_fresh, abs=1e-3)
     report = (tmp_path / "report.md").read_text()
     assert (
         "## Room for a better controller" in report
-        and "heuristic When, oracle-agent Where | the same, fresh draws |" in report
+        and "heuristic When, oracle-agent Where | the same, fresh draws | oracle-agent, fresh draws |" in report
     )
