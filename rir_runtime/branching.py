@@ -63,6 +63,11 @@ class Outcome:
     record: EpisodeRecord
 
 
+class PointNotReached(UserInputError):
+    """Replaying a recorded episode did not reach the review to branch from (the environment or the agent
+    acts otherwise than when the episode was recorded)."""
+
+
 class _AtFork(Exception):
     """Raised inside the loop at the review to branch from; carries where the loop stood."""
 
@@ -99,7 +104,7 @@ class BranchingRunner(EpisodeRunner):
             self._play(run)
         except _AtFork as fork:
             return self._from_fork(run, fork, decisions)
-        raise UserInputError(f"{task.key} ended before its review {at_review}: no decision point to branch from")
+        raise PointNotReached(f"{task.key} ended before its review {at_review}: no decision point to branch from")
 
     def _from_fork(self, run: Run, fork: _AtFork, decisions: Sequence[Forced]) -> list[Outcome]:
         here, agent = self.env.checkpoint(), self.policy

@@ -66,6 +66,21 @@ def test_a_groups_decisions_start_from_one_state_and_are_rewarded_by_what_they_d
     assert rewarded and reward.stats["restores"] == 2 * rewarded
 
 
+def test_a_point_the_replay_no_longer_reaches_earns_no_reward_and_is_counted(data: Path, caplog) -> None:
+    row = review_rows(data)[0]
+    unreachable = {**row, "review_index": 99}  # as if the environment acted otherwise than when recorded
+    reward = OnlineReward()
+    replies = ['{"decision": "continue", "reason": "x"}', '{"decision": "recover", "reason": "x"}']
+    with caplog.at_level("WARNING"):
+        assert call(reward, unreachable, replies) == [0.0, 0.0]
+    assert reward.stats["unreached"] == 1 and reward.stats["restores"] == 0
+    assert "ended before its review 99" in caplog.text
+    got = call(reward, row, replies)  # the run goes on: the next point is played as usual
+    assert reward.stats["unreached"] == 1 and reward.stats["restores"] == 2
+    expected = branch_job(EpisodeJob.from_json(row["job"]), row["review_index"], [Forced(False), Forced(True)])
+    assert got == [pytest.approx(float(o.success) - 0.05 * o.rollbacks) for o in expected]
+
+
 def test_fresh_draws_reward_a_decision_by_its_mean_over_the_agents_noise_drawn_afresh(data: Path) -> None:
     """With `draws` K a decision is played K times from the one state, continuation k = 1..K of the
     agent (never its own future, k = 0), and rewarded by the mean; some decisions' fresh draws disagree

@@ -16,13 +16,16 @@ so a group's advantages are exact comparisons of decisions from one state. Playe
 meets the agent's own future, the mistakes it would make after it; that is luck as much as the
 decision (a scripted agent's injected errors are drawn per state), so with `draws` K each decision is
 played K times with the agent's noise drawn afresh and the reward is their mean. An unparseable sample
-earns 0 and is not played. Counters for the trainer's logs (`OnlineRewardLog`): restores, reward evaluations
-and the seconds they took, per logging step.
+earns 0 and is not played; so do all samples of a point whose replay no longer reaches its review (the
+environment or agent acting otherwise than when the episode was recorded), counted, not fatal.
+Counters for the trainer's logs (`OnlineRewardLog`): restores, reward evaluations, the seconds they took
+and the points not reached, per logging step.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -32,11 +35,13 @@ from typing import Any
 from transformers import TrainerCallback
 
 from data_gen.scoring.rewards import answers, replies, review_verdict
-from rir_runtime.branching import Forced, Outcome
+from rir_runtime.branching import Forced, Outcome, PointNotReached
 from rir_runtime.decisions import parse
 from rir_runtime.errors import ParseError, UserInputError
 from rir_runtime.orchestration.executors import Session, make_executor
 from train.step_phases import add_to_log
+
+logger = logging.getLogger(__name__)
 
 ONLINE_KINDS = ("review", "locate_coarse", "locate_fine")
 
@@ -74,10 +79,14 @@ Played = tuple[bool, float, int, int, int, str]  # success, score, rollbacks, co
 def play_group(group: Group) -> tuple[Group, list[Played]]:
     """Each of the group's decisions played out from its point's one restored state; runs in an
     executor's worker. Environments are cached per worker process for the whole run: the reward keeps
-    one executor session open across its calls."""
+    one executor session open across its calls. A point the replay no longer reaches plays nothing."""
     from rir_runtime.orchestration.jobs import EpisodeJob, branch_job
 
-    outcomes: list[Outcome] = branch_job(EpisodeJob.from_json(group.job), group.review_index, group.decisions)
+    try:
+        outcomes: list[Outcome] = branch_job(EpisodeJob.from_json(group.job), group.review_index, group.decisions)
+    except PointNotReached as missed:
+        logger.warning("%s: its samples earn no reward", missed)
+        return group, []
     return group, [(o.success, o.score, o.rollbacks, o.controller_calls, o.env_steps, o.fingerprint) for o in outcomes]
 
 
@@ -131,16 +140,21 @@ class OnlineReward:
         if self.session is None:  # workers (and their cached environments) live until `close`
             self.session = make_executor(self.executor, self.workers, 1, "").session(group_player)
         played = {self._drawn(g): g for g in groups}
-        self.fingerprints, rewards = {}, {}
+        self.fingerprints, rewards, plays = {}, {}, 0
         for drawn, results in self.session.map(list(played)):
             group, each = played[drawn], max(1, self.draws)
+            if not results:  # the replay no longer reaches this point: one reward for all, so no advantage
+                rewards[group], self.fingerprints[group] = [0.0] * len(group.decisions), set()
+                self.stats["unreached"] += 1
+                continue
+            plays += len(results)
             per_play = [
                 float(success) - self.rollback_cost * rollbacks - self.call_cost * calls
                 for success, _score, rollbacks, calls, _steps, _origin in results
             ]
             rewards[group] = [sum(per_play[i : i + each]) / each for i in range(0, len(per_play), each)]
             self.fingerprints[group] = {origin for *_, origin in results}
-        self._count(len(groups), sum(len(g.decisions) for g in played), time.perf_counter() - start)
+        self._count(len(groups), plays, time.perf_counter() - start)
         return rewards
 
     def _drawn(self, group: Group) -> Group:
@@ -185,7 +199,7 @@ class OnlineRewardLog(TrainerCallback):
 
     def __init__(self, reward: OnlineReward) -> None:
         self.reward = reward  # counted from here: what ran before training (screening points) is not a step's
-        self.seen = {k: reward.stats[k] for k in ("points", "restores", "seconds")}
+        self.seen = {k: reward.stats[k] for k in ("points", "restores", "seconds", "unreached")}
 
     def on_train_end(self, args, state, control, **kwargs):
         self.reward.close()
@@ -200,6 +214,7 @@ class OnlineRewardLog(TrainerCallback):
         extra = {
             "online/decision_points": delta["points"],
             "online/reward_evaluations": delta["restores"],
+            "online/unreached_points": delta["unreached"],
             "online/reward_seconds": round(seconds, 3),
             "online/restores_per_s": round(delta["restores"] / seconds, 3) if seconds else 0.0,
         }
