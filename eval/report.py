@@ -162,8 +162,8 @@ ROOM_NOTE = (
     "`when=heuristic;where=oracle-agent;what=heuristic`, where it ran), how much of the room is the Where's. "
     "The oracle-agent plays the agent's own future, its luck included; the next values that Where by fresh "
     "draws of the agent's noise (`where=oracle-agent:<K>`), the bound for a Where that reads the trajectory; "
-    "the last, the whole oracle-agent so valued (`oracle-agent:<K>`, When and Where), the bound for any "
-    f"controller that reads it. `*`: p < {ALPHA}."
+    "the last, the whole oracle-agent so valued (`oracle-agent:<K>`, When and Where): a reference without the "
+    f"luck, not a strict bound, since K draws can misjudge continuing. `*`: p < {ALPHA}."
 )
 OFFSETS_NOTE = "Relative to the first injected error of the abandoned branch (known for the error-injected expert)."
 

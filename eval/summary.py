@@ -94,7 +94,7 @@ WHERE_BOUND = "when=heuristic,where=oracle-agent,what=heuristic"
 # room without the agent's luck, the bound for a Where that reads the trajectory.
 FRESH_WHERE_BOUND = re.compile(r"when=heuristic,where=oracle-agent:\d+,what=heuristic")
 # The whole oracle-agent valued by fresh draws (`oracle-agent:<K>`, When and Where): the room without the agent's
-# luck, the bound for any controller that reads the trajectory.
+# luck; a reference, not a strict bound (K draws can misjudge continuing: below the fresh Where on every preset).
 FRESH_BOUND = re.compile(r"oracle-agent:\d+")
 
 
