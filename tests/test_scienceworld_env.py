@@ -161,3 +161,16 @@ def test_compact_look_keeps_other_text_and_marks_closed_doors() -> None:
     )
     assert compact_look(look) == "This room is called the bedroom. Doors to: hallway (closed). Here you see: a bed."
     assert compact_look("The door is already open.") == "The door is already open."
+
+
+def test_a_gold_path_does_not_depend_on_what_the_engine_loaded_before(env) -> None:
+    """test-conductivity train 88's gold path ran through the living room when generated in an engine
+    that had generated 86's (whose path goes there), through the workshop in a fresh one."""
+    after_86 = TaskSpec("scienceworld", "test-conductivity", "train", 88)
+    env.reset(TaskSpec("scienceworld", "test-conductivity", "train", 86))
+    assert "go to living room" in env.gold_actions()
+    env.reset(after_86)
+    with make_env("scienceworld") as fresh:
+        fresh.reset(after_86)
+        assert env.gold_actions() == fresh.gold_actions()
+        assert "go to workshop" in fresh.gold_actions()

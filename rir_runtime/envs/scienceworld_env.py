@@ -22,6 +22,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -113,6 +114,27 @@ def split_variations(n: int) -> dict[str, list[int]]:
     q = n // 4
     g = [list(range(i, min(i + q, n))) for i in range(0, n, q)]
     return {"train": g[0] + g[1], "dev": g[2], "test": g[3] + (g[4] if len(g) > 4 else [])}
+
+
+def gold_path_apart(task: str, variation_id: int, simplification: str) -> tuple[str, ...]:
+    """The gold path of a variation, generated in a process (and engine) of its own. An engine's gold path
+    depends on what it loaded before: test-conductivity train 88's runs through the workshop when it is the
+    engine's first load and through the living room after 86's, whose path goes there. Generated in the
+    episode's engine, each worker's expert (and so each episode) would depend on that worker's history."""
+    script = (
+        "import json, sys\n"
+        "from rir_runtime.envs.scienceworld_env import ScienceWorldEnv\n"
+        "sw = ScienceWorldEnv()._engine()\n"
+        "sw.load(sys.argv[1], int(sys.argv[2]), sys.argv[3], generateGoldPath=True)\n"
+        "print(json.dumps([str(a) for a in sw.server.getGoldActionSequence()]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, task, str(variation_id), simplification],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise DependencyMissingError(f"generating the gold path of {task} {variation_id} failed: {done.stderr[-500:]}")
+    return tuple(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 @functools.lru_cache(maxsize=1)
@@ -277,10 +299,7 @@ class ScienceWorldEnv(ReplayEnv):
             raise RuntimeError("gold_actions() called before reset()")
         key = (self._task.task, self._variation_id, self.simplification)
         if key not in self._gold:
-            snapshot = self.checkpoint()
-            self._sw.load(key[0], key[1], key[2], generateGoldPath=True)
-            self._gold[key] = tuple(str(a) for a in self._sw.server.getGoldActionSequence())
-            self.restore(snapshot)  # generating the path reloaded the world: replay the branch
+            self._gold[key] = gold_path_apart(*key)
         return list(self._gold[key])
 
     def expert_actions(self) -> list[str]:
