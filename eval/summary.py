@@ -98,6 +98,13 @@ FRESH_WHERE_BOUND = re.compile(r"when=heuristic,where=oracle-agent:\d+,what=heur
 FRESH_BOUND = re.compile(r"oracle-agent:\d+")
 
 
+def rate_matching(rates: dict[str, float], method: str, controller: re.Pattern[str]) -> float | None:
+    """The rate of `method` run with a controller `controller` matches (the last by name, whatever its K);
+    None where none ran."""
+    keys = sorted(k for k in rates if k.startswith(f"{method}/") and controller.fullmatch(k.split("/", 1)[1]))
+    return rates[keys[-1]] if keys else None
+
+
 def room(records: list[EpisodeRecord]) -> list[dict[str, Any]]:
     """The room a learned controller has: `<method>/oracle-agent` minus `<method>/heuristic`, paired,
     over all episodes of the run and per task (a grid cell), for every method that ran both; with
@@ -118,10 +125,6 @@ def room(records: list[EpisodeRecord]) -> list[dict[str, Any]]:
             if not by_key.get(bound) or not by_key.get(base):
                 continue
             rates = {k: round(sum(r.success for r in v) / len(v), 4) for k, v in by_key.items()}
-            fresh_where, fresh = (
-                sorted(k for k in rates if k.startswith(f"{method}/") and pattern.fullmatch(k.split("/", 1)[1]))
-                for pattern in (FRESH_WHERE_BOUND, FRESH_BOUND)
-            )
             (test,) = pairwise({bound: by_key[bound], base: by_key[base]})
             test = test if test.a == bound else test.swapped()
             rows.append(
@@ -133,8 +136,8 @@ def room(records: list[EpisodeRecord]) -> list[dict[str, Any]]:
                     "oracle_expert": rates.get(f"{method}/oracle"),
                     "oracle_agent": rates[bound],
                     "oracle_agent_where": rates.get(f"{method}/{WHERE_BOUND}"),
-                    "oracle_agent_where_fresh": rates[fresh_where[-1]] if fresh_where else None,
-                    "oracle_agent_fresh": rates[fresh[-1]] if fresh else None,
+                    "oracle_agent_where_fresh": rate_matching(rates, method, FRESH_WHERE_BOUND),
+                    "oracle_agent_fresh": rate_matching(rates, method, FRESH_BOUND),
                     **{k: v for k, v in test.to_dict().items() if k not in ("a", "b")},
                 }
             )
