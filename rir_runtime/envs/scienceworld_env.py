@@ -18,6 +18,7 @@ characters of kitchen, where a prompt clips them off.
 from __future__ import annotations
 
 import functools
+import importlib.metadata as md
 import json
 import re
 import shutil
@@ -26,6 +27,7 @@ import sys
 import threading
 from typing import Any
 
+from rir_runtime.cache import cache_dir, write_atomic
 from rir_runtime.envs.base import SPLITS, Observation, ReplayEnv, Split, StepResult, TaskSpec
 from rir_runtime.errors import DependencyMissingError, UnknownNameError, UserInputError
 
@@ -135,6 +137,23 @@ def gold_path_apart(task: str, variation_id: int, simplification: str) -> tuple[
     if done.returncode != 0:
         raise DependencyMissingError(f"generating the gold path of {task} {variation_id} failed: {done.stderr[-500:]}")
     return tuple(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def gold_path(task: str, variation_id: int, simplification: str) -> tuple[str, ...]:
+    """The gold path of a variation, read from the cache (`<cache>/scienceworld/gold/<package version>/...`)
+    or generated apart and stored there: generating it takes a fresh JVM (3-20 s), and every worker, label
+    build and evaluation asks for the same few hundred paths. An unreadable entry is generated again."""
+    version = f"scienceworld-{md.version('scienceworld')}"
+    path = cache_dir("scienceworld", "gold", version, simplification, task, f"{variation_id}.json")
+    try:
+        actions = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(actions, list) and actions and all(isinstance(a, str) for a in actions):
+            return tuple(actions)
+    except (OSError, ValueError):
+        pass  # missing or corrupt: generate it
+    actions = gold_path_apart(task, variation_id, simplification)
+    write_atomic(path, json.dumps(list(actions)))
+    return actions
 
 
 @functools.lru_cache(maxsize=1)
@@ -294,12 +313,12 @@ class ScienceWorldEnv(ReplayEnv):
         return sorted(listed | reopen)
 
     def gold_actions(self) -> list[str]:
-        """The whole gold path of the current variation (generated once per variation: 0.3-18 s)."""
+        """The whole gold path of the current variation (generated once per variation and cached on disk)."""
         if self._task is None:
             raise RuntimeError("gold_actions() called before reset()")
         key = (self._task.task, self._variation_id, self.simplification)
         if key not in self._gold:
-            self._gold[key] = gold_path_apart(*key)
+            self._gold[key] = gold_path(*key)
         return list(self._gold[key])
 
     def expert_actions(self) -> list[str]:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from rir_runtime.cache import cache_dir as rir_cache_dir
 from rir_runtime.envs.base import Observation, ReplayEnv, Snapshot, Split, StepResult, TaskSpec
 from rir_runtime.errors import DependencyMissingError, RestoreError, RIRError, UnknownNameError, UserInputError
 
@@ -125,8 +126,7 @@ class TextWorldCookingEnv(ReplayEnv):
             raise DependencyMissingError(
                 f"textworld-cooking needs TextWorld ({exc}); install it with `pip install textworld==1.7.0`"
             ) from None
-        root = cache_dir or os.environ.get("RIR_CACHE_DIR") or Path.home() / ".cache" / "rir"
-        self.cache_dir = Path(root).expanduser() / "textworld"
+        self.cache_dir = rir_cache_dir("textworld", root=cache_dir)
         self.native_snapshots = native_snapshots
         self.native_failures = 0  # native captures/restores that failed and fell back to replay
         self._env: Any = None

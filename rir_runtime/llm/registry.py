@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rir_runtime.cache import cache_dir
 from rir_runtime.errors import ModelLoadError
 from rir_runtime.llm.device import torch_dtype
 
@@ -86,8 +87,7 @@ MODELS: dict[str, ModelSpec] = {
 
 
 def cache_root() -> Path:
-    base = os.environ.get("RIR_CACHE_DIR")
-    return (Path(base) if base else Path.home() / ".cache" / "rir") / "models"
+    return cache_dir("models")
 
 
 def resolve_model(name: str) -> ModelSpec:
