@@ -40,6 +40,7 @@ from typing import Any, cast
 from transformers import Trainer
 
 from rir_runtime.branching import Forced
+from rir_runtime.cache import write_atomic
 from rir_runtime.errors import UserInputError
 from train.online_rewards import Group, OnlineReward, OnlineRewardLog
 
@@ -190,11 +191,8 @@ def kept_screen(
             keep = {(job, index) for job, index in saved["points"]}
             return [p for p in points if (p.job, p.review_index) in keep]
     chosen = screen(points)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
     kept = {"settings": settings, "candidates": candidates, "points": [[p.job, p.review_index] for p in chosen]}
-    partial.write_text(json.dumps(kept))
-    partial.replace(path)  # whole or absent: a run killed while writing screens again
+    write_atomic(path, json.dumps(kept))  # whole or absent: a run killed while writing screens again
     return chosen
 
 
