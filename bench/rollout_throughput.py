@@ -1,5 +1,5 @@
 """Rollout throughput with an LLM policy: one episode at a time vs concurrent episodes whose model
-calls are batched into one generate call (`rir_runtime/llm/batching.py`).
+calls are batched into one generate call (a lockstep group, `rir_runtime/lockstep.py`).
 
     python bench/rollout_throughput.py --model smollm2-135m-instruct --episodes 8 --concurrency 8
 
@@ -16,14 +16,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from rir_runtime.llm.shared import batch_shared_backends, forget_shared_backends, shared_backend
+from rir_runtime.llm.shared import forget_shared_backends, shared_backend
 from rir_runtime.orchestration.jobs import SelectionConfig, expand_jobs, run_jobs
 from rir_runtime.policy_spec import PolicySpec
 
 
 def measure(cfg: SelectionConfig, concurrency: int, out: Path) -> tuple[float, list[int]]:
     forget_shared_backends()
-    batch_shared_backends(concurrency)
     backend = shared_backend(PolicySpec.parse(cfg.policy).model)  # load before timing
     jobs = expand_jobs(cfg)
     start = time.perf_counter()

@@ -13,13 +13,14 @@ through what the agent learned (stay where it is, blame the move that looped) th
 
 Continuations are cached by (task, action prefix, k, kept reflection): decision points of one episode, and the
 exploratory variants that share its prefix, reuse them; the cache is an append-only JSONL file, so a
-killed build resumes. Each continuation is capped at `max_steps` environment steps.
+killed build resumes. Each continuation is capped at `max_steps` environment steps, and ends where the
+agent loops. A point's continuations play together (`rir_runtime.values.play_together`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -29,18 +30,20 @@ from rir_runtime.agent import Policy
 from rir_runtime.decisions import Reflection
 from rir_runtime.envs import Env, Snapshot
 from rir_runtime.envs.checkpoints import Step
-from rir_runtime.errors import RestoreError
 from rir_runtime.guidance import Guidance
 from rir_runtime.memory import ReflectionMemory
 from rir_runtime.policy_spec import PolicySpec
-from rir_runtime.values import play_on
+from rir_runtime.values import AUTO_WIDTH, LOOP_REPEATS, Continuation, Start, branch_width, play_together
 
 PolicyFactory = Callable[[Env, int], Policy]  # (environment, continuation index k) -> the agent
+Checkpoint = tuple[int, Snapshot, Reflection | None]  # (index on the branch, its snapshot, the reflection kept)
 
 
 @dataclass
 class AgentValue:
-    """`V_agent` of checkpoints: the share of K continuations of the agent that succeed."""
+    """`V_agent` of checkpoints: the share of K continuations of the agent that succeed. A call's
+    uncached continuations play together, up to `width` at a time (`rir_runtime.values.play_together`),
+    and a continuation whose agent loops ends there (`loop_repeats`; 0: never)."""
 
     make_policy: PolicyFactory
     name: str = "agent"  # the policy's name: part of each cached continuation's key
@@ -50,6 +53,8 @@ class AgentValue:
     lesson: bool = False  # label_value agent-lesson: a recovery's continuations keep its reflection
     remember_abandoned: bool = False  # as the loop's preset: a recovery also blames the abandoned step
     cache_file: Path | None = None
+    width: int = AUTO_WIDTH  # 0: by the device (`rir_runtime.values.branch_width`)
+    loop_repeats: int = LOOP_REPEATS
     env_steps: int = 0
     continuations: int = 0
     _cache: dict[str, bool] = field(default_factory=dict)
@@ -72,20 +77,37 @@ class AgentValue:
         """The success rate of the agent continued from checkpoint i of the point's branch; `kept`: the
         reflection a recovery to i would add to memory (None: continue with the memory as it was). A
         continuation ends after `max_steps` actions or the calls the episode had left, whichever first."""
-        prefix = point.history[:i]
-        wins = [self._continue(env, point, prefix, snapshot, k, kept) for k in range(self.rollouts)]
-        return sum(wins) / len(wins)
+        return self.values(env, point, [(i, snapshot, kept)])[0]
 
-    def _continue(
-        self, env: Env, point: DecisionPoint, prefix: tuple[Step, ...], start: Snapshot, k: int, kept: Reflection | None
-    ) -> bool:
+    def values(self, env: Env, point: DecisionPoint, items: Sequence[Checkpoint]) -> list[float]:
+        """`value` of each (checkpoint, its snapshot, the reflection kept), the continuations that are
+        not cached yet played together."""
         calls = min(self.max_steps, point.calls_left) if point.record.budget_agent else self.max_steps
-        parts: list[object] = [self.name, point.task.key, [s.action for s in prefix], k, calls]
-        key = json.dumps(parts + ([kept.to_json(), self.remember_abandoned] if kept else []))
-        if key not in self._cache:
-            self._cache[key] = self._run(env, point, prefix, start, k, kept, calls)
-            self._write(key, self._cache[key])
-        return self._cache[key]
+        keys = [[self._key(point, i, k, kept, calls) for k in range(self.rollouts)] for i, _, kept in items]
+        todo: dict[str, Continuation] = {}
+        for (i, snapshot, kept), ks in zip(items, keys, strict=True):
+            start = Start(snapshot, point.history[:i], self._memory(point, point.history[:i], kept))
+            for k, key in enumerate(ks):
+                if key not in self._cache and key not in todo:
+                    todo[key] = Continuation(start, k, calls)
+        if todo:
+            runs = list(todo.values())
+            played = play_together(
+                env, self.make_policy, point.task.key, point.objective, runs, self.guidance,
+                branch_width(self.width), self.loop_repeats,
+            )  # fmt: skip
+            for key, outcome in zip(todo, played, strict=True):
+                self._cache[key] = outcome.won
+                self._write(key, outcome.won)
+                self.env_steps += outcome.steps
+            self.continuations += len(runs)
+        return [sum(self._cache[key] for key in ks) / len(ks) for ks in keys]
+
+    def _key(self, point: DecisionPoint, i: int, k: int, kept: Reflection | None, calls: int) -> str:
+        parts: list[object] = [self.name, point.task.key, [s.action for s in point.history[:i]], k, calls]
+        if self.loop_repeats:  # a continuation that ends where it loops is not one that played to its cap
+            parts.append(f"loop{self.loop_repeats}")
+        return json.dumps(parts + ([kept.to_json(), self.remember_abandoned] if kept else []))
 
     def _memory(self, point: DecisionPoint, prefix: tuple[Step, ...], kept: Reflection | None) -> ReflectionMemory:
         """The memory a continuation starts with: the point's, plus what a recovery to `prefix` keeps."""
@@ -93,29 +115,6 @@ class AgentValue:
         if kept is not None:
             memory.keep(kept, point.history, len(prefix), self.remember_abandoned)
         return memory
-
-    def _run(
-        self,
-        env: Env,
-        point: DecisionPoint,
-        prefix: tuple[Step, ...],
-        start: Snapshot,
-        k: int,
-        kept: Reflection | None,
-        calls: int,
-    ) -> bool:
-        try:
-            obs = env.restore(start)
-        except RestoreError:
-            return False
-        self.continuations += 1
-        policy = self.make_policy(env, k)
-        memory = self._memory(point, prefix, kept)
-        won, steps = play_on(
-            env, policy, point.task.key, point.objective, memory, prefix, obs.text, self.guidance, calls
-        )
-        self.env_steps += steps
-        return won
 
     def _write(self, key: str, won: bool) -> None:
         if self.cache_file is None:

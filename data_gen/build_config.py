@@ -10,6 +10,7 @@ from pathlib import Path
 
 from data_gen.hindsight import REVIEW_TIES
 from rir_runtime.orchestration.executors import EXECUTORS, check_executor
+from rir_runtime.values import AUTO_WIDTH, LOOP_REPEATS
 
 LABEL_VALUES = ("expert", "agent", "agent-lesson")
 
@@ -42,6 +43,20 @@ class BuildConfig:
     )
     value_rollouts: int = field(default=2, metadata={"help": "agent values: continuations per checkpoint (K)"})
     value_max_steps: int = field(default=30, metadata={"help": "agent values: environment steps per continuation"})
+    value_loop_repeats: int = field(
+        default=LOOP_REPEATS,
+        metadata={
+            "help": "agent values: a continuation whose agent repeats one step (or a pair) this many times with "
+            "nothing changing is called lost (0: play it to its cap)"
+        },
+    )
+    branch_width: int = field(
+        default=AUTO_WIDTH,
+        metadata={
+            "help": "agent values: continuations played together, their agent calls batched (1: one at a time; "
+            "0: 8 on a GPU, 1 on a CPU)"
+        },
+    )
     review_ties: str = field(
         default="continue",
         metadata={
@@ -78,8 +93,10 @@ class BuildConfig:
                 raise ValueError(f"label value {value!r} is not one of {', '.join(LABEL_VALUES)}")
         if self.review_ties not in REVIEW_TIES:
             raise ValueError(f"review_ties {self.review_ties!r} is not one of {', '.join(REVIEW_TIES)}")
-        if self.value_rollouts < 1 or self.value_max_steps < 1:
-            raise ValueError("value_rollouts and value_max_steps must be >= 1")
+        if self.value_rollouts < 1 or self.value_max_steps < 1 or self.branch_width < 0:
+            raise ValueError("value_rollouts and value_max_steps must be >= 1, branch_width >= 0 (0: by the device)")
+        if self.value_loop_repeats < 0:
+            raise ValueError("value_loop_repeats must be >= 0 (0: never call a continuation looping)")
         if self.workers < 1 or self.value_pairs_per_point < 0:
             raise ValueError("workers must be >= 1 and value_pairs_per_point >= 0")
         check_executor(self.executor, self.ray_address)

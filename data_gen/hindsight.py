@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from data_gen.agent_values import AgentValue
+from data_gen.agent_values import AgentValue, Checkpoint
 from data_gen.points import DecisionPoint, ended
 from rir_runtime.agent import AgentContext
 from rir_runtime.controllers import HeuristicController, reflection_for
@@ -40,7 +40,7 @@ RECOVER_MARGIN = 0.5  # "well below": V must rise by at least this much to justi
 # What a label means, recorded in build.json and in the cards of adapters trained on the data;
 # `rir eval-controller` refuses to score an adapter on data of another version. Bump it whenever
 # labelling changes what a label means (the margin, the values compared, how ties or stays are labelled).
-LABEL_VERSION = 3  # 3: an agent's continuations end with the calls its episode had left
+LABEL_VERSION = 4  # 3: an agent's continuations end with the calls its episode had left; 4: or where it loops
 REVIEW_TIES = ("continue", "heuristic")  # the review label where the values cannot tell the options apart
 
 
@@ -111,6 +111,13 @@ def label_point(
 
     if not indices:
         return Label(point, {}, 0.0, "continue", None, None, (), spent, 0)
+    if agent is not None and not bisect:  # every checkpoint is asked for: play all their continuations together
+        asked: list[Checkpoint] = [
+            (i, snaps[i], hindsight_reflection(point, i) if agent.lesson else None) for i in indices
+        ]
+        if agent.lesson and not terminal:  # continuing keeps the memory as it was
+            asked.append((len(h), snaps[len(h)], None))
+        agent.values(env, point, asked)
     _, values = (latest_best_bisect if bisect else latest_best_linear)(indices, value)
     restore = max(values, key=lambda i: (values[i], i))  # = the search's answer where V never rises
     if terminal:

@@ -164,7 +164,15 @@ class Labeller:
             value.close()
 
 
-LABEL_SETTINGS = ("label_value", "run_label_values", "value_rollouts", "value_max_steps", "bisect", "review_ties")
+LABEL_SETTINGS = (
+    "label_value",
+    "run_label_values",
+    "value_rollouts",
+    "value_max_steps",
+    "value_loop_repeats",
+    "bisect",
+    "review_ties",
+)
 
 
 def check_label_settings(cache: Path, cfg: BuildConfig) -> None:
@@ -205,6 +213,8 @@ def agent_value(
             lesson=lesson,
             remember_abandoned=bool(preset and preset.remember_abandoned),
             cache_file=out / "agent_values.jsonl",
+            width=cfg.branch_width,
+            loop_repeats=cfg.value_loop_repeats,
         )
     return values[key]
 

@@ -15,15 +15,18 @@ started from one state.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from rir_runtime.decisions import Review
 from rir_runtime.envs.base import TaskSpec
 from rir_runtime.errors import UserInputError
+from rir_runtime.lockstep import run_together
 from rir_runtime.loop import Episode, EpisodeRunner, Run
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.recovery import ReviewSchedule, segments
@@ -107,29 +110,33 @@ class BranchingRunner(EpisodeRunner):
         raise PointNotReached(f"{task.key} ended before its review {at_review}: no decision point to branch from")
 
     def _from_fork(self, run: Run, fork: _AtFork, decisions: Sequence[Forced]) -> list[Outcome]:
+        """Every decision played out from the fork, up to `branch_width` together (`lockstep.py`): each
+        branch a runner of its own, on an engine of its own restored to the fork, its agent a fork of the
+        episode's (draw 0: the same agent)."""
         here, agent = self.env.checkpoint(), self.policy
         before = (run.ep.rollbacks, run.ep.controller_calls, run.ep.env_steps)
-        outcomes = []
-        for decision in decisions:
-            self.env.restore(here)
-            branch = run.fork()
-            self.policy = agent.fork(self.env, decision.draw)  # its own copy of the agent's state (0: the same agent)
-            started = fingerprint(branch.ep)
-            record = self._resume(branch, fork, decision)
-            outcomes.append(
-                Outcome(
-                    decision,
-                    record.success,
-                    record.score,
-                    record.rollbacks - before[0],
-                    (record.controller_calls or 0) - before[1],
-                    record.env_steps - before[2],
-                    started,
-                    record,
-                )
+        envs = self.env.siblings(min(self.branch_width, len(decisions)))
+
+        def play(decision: Forced, slot: int) -> Outcome:
+            env = envs[slot]
+            env.restore(here)
+            branch = copy.copy(self)  # its own environment, agent and forced decision; the controller is shared
+            branch.env, branch.policy = env, agent.fork(env, decision.draw)
+            mine = branch._rebind(run.fork())
+            started = fingerprint(mine.ep)
+            record = branch._resume(mine, fork, decision)
+            return Outcome(
+                decision,
+                record.success,
+                record.score,
+                record.rollbacks - before[0],
+                (record.controller_calls or 0) - before[1],
+                record.env_steps - before[2],
+                started,
+                record,
             )
-        self.policy = agent
-        return outcomes
+
+        return run_together([partial(play, d) for d in decisions], len(envs))
 
     def _resume(self, run: Run, fork: _AtFork, decision: Forced) -> EpisodeRecord:
         """The fork's review with the forced decision, then the loop as it would have gone on."""

@@ -47,7 +47,8 @@ from rir_runtime.trace import (
     StepEvent,
     ToolErrorEvent,
 )
-from rir_runtime.values import AgentProbe, Hindsight, Option, Start, ValueProbe
+from rir_runtime.values import AUTO_WIDTH, LOOP_REPEATS, AgentProbe, Hindsight, Option, Start, ValueProbe
+from rir_runtime.values import branch_width as resolve_width
 
 ENDED_WITHOUT_WIN = "the episode ended without a win: there is nothing to continue"
 
@@ -126,9 +127,13 @@ class EpisodeRunner:
         budgets: Budgets = DEFAULT_BUDGETS,
         review_interval: int = 4,
         memory_chars: int = 1200,
+        branch_width: int = AUTO_WIDTH,
+        loop_repeats: int = LOOP_REPEATS,
     ) -> None:
         self.env, self.policy, self.controller, self.preset = env, policy, controller, preset
         self.budgets, self.review_interval, self.memory_chars = budgets, review_interval, memory_chars
+        # hindsight by the agent (oracle-agent): continuations played together, and where a loop ends one
+        self.branch_width, self.loop_repeats = resolve_width(branch_width), loop_repeats
 
     # --- the loop -------------------------------------------------------------------------------
     def run(self, task: TaskSpec) -> EpisodeRecord:
@@ -146,13 +151,7 @@ class EpisodeRunner:
         )
         ep = Episode(task, obs.objective, memory, observation=obs.text, score=obs.score)
         ep.store.save(self.env, ())
-        probe = ValueProbe(self.env)
-        draws = getattr(self.controller, "hindsight_draws", 0)  # oracle-agent:<K>: K fresh draws, not its own future
-        agent = AgentProbe(
-            self.env, lambda env, k: self.policy.fork(env, k), self.preset.guidance, draws or 1, first=1 if draws else 0
-        )
-        if self.controller.uses_hindsight:
-            ep.hindsight = Hindsight(probe, lambda i: ep.store[i].snapshot, partial(self._option_values, ep, agent))
+        probe, agent = self._probes(ep)
         schedule = ReviewSchedule(base=max(1, self.review_interval), maximum=max(16, self.review_interval))
         ep.max_score = self.env.max_score()
         if self.budgets.relative_agent:  # the expert's path can cost seconds to plan: only when asked
@@ -160,6 +159,31 @@ class EpisodeRunner:
         ep.agent_budget = self.budgets.agent_calls(ep.expert_steps)
         ep.log(ResetEvent(ep.t, observation=obs.text, objective=obs.objective, max_score=ep.max_score))
         return Run(ep, schedule, probe, agent, start)
+
+    def _probes(self, ep: Episode) -> tuple[ValueProbe, AgentProbe]:
+        """An episode's hindsight probes on this runner's environment and agent; a controller that reads
+        the future (the oracles) sees them through `ep.hindsight`."""
+        probe = ValueProbe(self.env)
+        draws = getattr(self.controller, "hindsight_draws", 0)  # oracle-agent:<K>: K fresh draws, not its own future
+        agent = AgentProbe(
+            self.env,
+            lambda env, k: self.policy.fork(env, k),
+            self.preset.guidance,
+            draws or 1,
+            first=1 if draws else 0,
+            width=self.branch_width,
+            loop_repeats=self.loop_repeats,
+        )
+        if self.controller.uses_hindsight:
+            values = partial(self._option_values, ep, agent)
+            ep.hindsight = Hindsight(probe, lambda i: ep.store[i].snapshot, values, chunk=self.branch_width)
+        return probe, agent
+
+    def _rebind(self, run: Run) -> Run:
+        """`run` (a fork of another runner's) with its probes on this runner's environment and agent."""
+        probe, agent = self._probes(run.ep)
+        probe.env_steps, agent.env_steps = run.probe.env_steps, run.agent.env_steps
+        return replace(run, probe=probe, agent=agent)
 
     def _play(self, run: Run) -> EpisodeRecord:
         """The loop, from wherever the episode stands to its end; then its record."""

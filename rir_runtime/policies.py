@@ -88,6 +88,7 @@ class NoisyExpertPolicy:
 
 # --- the LLM policy --------------------------------------------------------------------------------
 MAX_LISTED_ACTIONS = 40  # ScienceWorld offers ~900 valid actions: beyond this, none are listed or ranked
+MAX_HINTS = 200  # generate mode: up to this many actions are handed to the backend as decoding hints
 
 
 def agent_prompt(
@@ -226,8 +227,9 @@ class LLMPolicy:
         p_tok = c_tok = parse_failures = 0
         redraws = {"off": 0, "soft": 1, "hard": 2}[ctx.guidance.mode] if warned else 0
         first: AgentAction | None = None
+        hints = [_likely_replies(ctx)] if len(ctx.actions) <= MAX_HINTS else None
         while True:
-            completion = self.backend.generate([messages], max_new_tokens=40, stop=["\n"])[0]
+            completion = self.backend.generate([messages], max_new_tokens=40, stop=["\n"], hints=hints)[0]
             p_tok += completion.prompt_tokens
             c_tok += completion.completion_tokens
             action, error = match_action(completion.text, ctx.actions)
@@ -265,6 +267,15 @@ class LLMPolicy:
             parse_failure=parse_failures > 0,
             guided=guided,
         )
+
+
+def _likely_replies(ctx: AgentContext) -> list[str]:
+    """What the agent is likely to answer, handed to the backend as decoding hints (a local model decodes
+    along them in one pass while its choice stays among them; the reply is the same): the admissible
+    actions, the rollback tool, and what it did before on this branch (a looping agent repeats itself,
+    often with an action the state does not admit)."""
+    actions = dict.fromkeys([*ctx.actions, "rollback", *(s.action for s in ctx.history)])
+    return [f"Action: {a}" for a in actions]
 
 
 def _followup(messages: Messages, reply: str, note: str) -> Messages:

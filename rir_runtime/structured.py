@@ -25,7 +25,6 @@ request); its four decoding passes are in `meta["passes"]` and all their tokens 
 from __future__ import annotations
 
 import json
-from contextlib import nullcontext
 from dataclasses import asdict, replace
 
 from rir_runtime.decisions import Decision, Failure, Reflection, avoid_lesson
@@ -112,12 +111,7 @@ class _Form:
 
 def fill_reflection(backend: Backend, messages: Messages, ctx: DecisionContext) -> Decision:
     """A reflection whose structure the runtime guarantees; the values are the model's. Every pass
-    re-reads the same prompt, so a local backend keeps its KV cache between them (`reusing_prefix`)."""
-    with getattr(backend, "reusing_prefix", nullcontext)():
-        return _fill(backend, messages, ctx)
-
-
-def _fill(backend: Backend, messages: Messages, ctx: DecisionContext) -> Decision:
+    re-reads the same prompt, which a local backend finds again in its kept KV caches (`kv_pool.py`)."""
     form = _Form(backend, messages)
     lists: dict[str, list[str]] = {}
     for i, key in enumerate(("env_knowledge", "milestones")):

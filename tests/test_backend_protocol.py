@@ -16,6 +16,7 @@ from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError
 from rir_runtime.llm import Backend, OpenAIBackend, TransformersBackend, make_backend
 from rir_runtime.llm.batching import BatchingBackend
+from rir_runtime.lockstep import Lockstep
 from rir_runtime.memory import ReflectionMemory
 from rir_runtime.policies import LLMPolicy
 from rir_runtime.prompts import DecisionContext
@@ -55,7 +56,7 @@ def _decide(controller: PromptedController, ctx: DecisionContext) -> list:
 
 def test_prompted_controller_through_batching_ranks_as_over_the_plain_backend(tiny: TransformersBackend) -> None:
     plain = PromptedController(tiny, "prompted:tiny")
-    batched = PromptedController(BatchingBackend(tiny, max_batch=4), "prompted:tiny")
+    batched = PromptedController(BatchingBackend(tiny), "prompted:tiny")
     for want, got in zip(_decide(plain, CTX), _decide(batched, CTX), strict=True):
         assert want.meta.get("ranked") is True, f"{want.kind} over the plain backend was not ranked"
         assert got.meta.get("ranked") is True, f"{got.kind} through BatchingBackend was not ranked: {got.meta}"
@@ -66,16 +67,19 @@ def test_prompted_controller_through_batching_ranks_as_over_the_plain_backend(ti
 
 
 def test_concurrent_episodes_through_batching_decide_as_one_at_a_time(tiny: TransformersBackend) -> None:
-    """Four threads share the wrapper (as `--concurrency 4` does): scoring under its lock gives each
-    context the decisions it gets alone."""
+    """Four threads of one lockstep group share the wrapper (as `--concurrency 4` does): their scoring
+    calls go out in batches, and each context gets the decisions it gets alone."""
     contexts = [replace(CTX, observation=f"You can't eat that ({i}).", history=STEPS[: 2 + i]) for i in range(4)]
     plain = PromptedController(tiny, "prompted:tiny")
     want = [[(d.kind, d.value) for d in _decide(plain, c)] for c in contexts]
-    batched = PromptedController(BatchingBackend(tiny, max_batch=4), "prompted:tiny")
+    wrapper = BatchingBackend(tiny)
+    batched = PromptedController(wrapper, "prompted:tiny")
     got: dict[int, list] = {}
+    group = Lockstep()
 
     def episode(i: int) -> None:
-        got[i] = [(d.kind, d.value, d.meta.get("ranked")) for d in _decide(batched, contexts[i])]
+        with group.member():
+            got[i] = [(d.kind, d.value, d.meta.get("ranked")) for d in _decide(batched, contexts[i])]
 
     threads = [threading.Thread(target=episode, args=(i,)) for i in range(4)]
     for t in threads:
@@ -84,6 +88,7 @@ def test_concurrent_episodes_through_batching_decide_as_one_at_a_time(tiny: Tran
         t.join()
     assert [[(k, v) for k, v, _ in got[i]] for i in range(4)] == want
     assert all(ranked is True for i in range(4) for _, _, ranked in got[i])
+    assert max(wrapper.batches) > 1, f"the group's calls were sent one at a time: {wrapper.batches}"
 
 
 @pytest.mark.parametrize("mode", ["constrain", "rank"])

@@ -8,6 +8,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
+import torch
 
 from rir_runtime.errors import ModelLoadError, UserInputError
 from rir_runtime.llm import (
@@ -93,7 +94,7 @@ def test_score_ranks_and_matches_single(tiny: TransformersBackend) -> None:
     batched = tiny.score(prompt, conts)
     single = [tiny.score(prompt, [c])[0] for c in conts]
     assert batched == pytest.approx(single, abs=1e-3)
-    assert tiny._prefix_cache_ok  # the shared-prompt KV-cache path ran, and agrees with the plain one
+    assert tiny.pooled  # the pooled path passed its check against the plain one
     tails = [tiny.tokenizer(c, add_special_tokens=False)["input_ids"] for c in conts]
     assert batched == pytest.approx(tiny._score_plain(tiny._encode(prompt), tails), abs=1e-3)
     assert all(s < 0 for s in batched)
@@ -150,27 +151,103 @@ def test_a_begun_assistant_reply_is_continued_and_a_structured_reflection_parses
     assert parse("reflect", decision.raw) == decision.value and decision.value.failure.action == "eat key"
 
 
+def test_many_prompts_scored_over_pooled_prefixes_match_each_scored_alone(tiny: TransformersBackend) -> None:
+    """Prompts that extend earlier ones (an agent's steps along a branch, siblings from one checkpoint) start
+    from the pool's prefix of different lengths in one padded batch; each scores what it scores alone."""
+    plain = TransformersBackend(tiny.model, tiny.tokenizer, "plain", kv_pool_tokens=0)
+    plain.pooled = False  # the prompt computed whole, its cache repeated over the continuations
+    room = [{"role": "user", "content": "You are in the kitchen. " * 4}]
+    actions = ["Action: take apple", "Action: take pear", "Action: look", "Action: look around", "x"]
+    first = [(room, actions), ([{"role": "user", "content": "Elsewhere."}], ["a", "ab"])]
+    later = [([{**room[0], "content": room[0]["content"] + f"Step {i}."}], actions[: 2 + i]) for i in range(3)]
+    tiny.forget_prefixes()
+    got = tiny.score_many(first) + tiny.score_many([*later, first[1]])
+    want = [plain.score(p, c) for p, c in [*first, *later, first[1]]]
+    for g, w in zip(got, want, strict=True):
+        assert g == pytest.approx(w, abs=1e-3)
+    assert tiny.pooled and tiny.reused_tokens > 0
+    computed = tiny.pool.computed_tokens
+    assert tiny.score_many(later) == got[2:5] and tiny.pool.computed_tokens == computed  # asked again: remembered
+
+
+@pytest.mark.parametrize("stop", [None, ["\n"], ["e"]])
+def test_pooled_generation_decodes_what_transformers_generate_does(tiny: TransformersBackend, stop) -> None:
+    """Rows of different lengths decode together over pooled prompts; each gets what `generate` gives it."""
+    plain = TransformersBackend(tiny.model, tiny.tokenizer, "plain", kv_pool_tokens=0)
+    plain.pooled = False  # transformers' own generate
+    prompts = [PROMPTS[0], PROMPTS[1], "raw text", [{"role": "user", "content": "The kitchen. " * 6}]]
+    tiny.forget_prefixes()
+    first = tiny.generate(prompts, max_new_tokens=12, stop=stop)
+    again = tiny.generate(prompts[::-1], max_new_tokens=12, stop=stop)[::-1]  # now from the pool
+    want = plain.generate(prompts, max_new_tokens=12, stop=stop)
+    assert first == want and again == want
+    assert tiny.pooled and tiny.reused_tokens > 0
+
+
+def test_a_reply_decoded_along_its_hints_is_greedy_decodings_own(
+    tiny: TransformersBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hints that hold the greedy reply decode it in the first pass; hints it leaves decode the rest token
+    by token; either way the tokens are greedy decoding's."""
+    from rir_runtime.llm import pooled
+
+    head = tiny._encode(PROMPTS[1])
+    eos = tiny._eos_ids()
+
+    def run(hints: list[list[list[int]]] | None) -> list[list[int]]:
+        trees = [pooled.TokenTree.of(h) for h in hints] if hints else None
+        stopped = lambda tokens: tokens[-1] in eos  # noqa: E731
+        with torch.inference_mode():
+            return pooled.generate_rows(
+                tiny.model, pooled.PrefixPool(0), [head, head[:-3]], 0, stopped, 10, 0.0, 4, trees
+            )
+
+    want = run(None)
+    decoded: list[int] = []
+    step = pooled._decode
+    monkeypatch.setattr(pooled, "_decode", lambda *a: decoded.append(len(a[5])) or step(*a))
+    assert run([[want[0], want[0][:3] + [7]], [[5, 6]]]) == want  # row 0: in the tree; row 1: off it at once
+    assert decoded == [1]  # only row 1 decoded token by token
+    decoded.clear()
+    assert run([[want[0][:4] + [9]], [want[1]]]) == want and decoded == [1]  # row 0 leaves after 4 tokens
+
+
+def test_a_model_the_token_tree_does_not_fit_is_scored_the_plain_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rir_runtime.llm import backends
+
+    backend = make_backend("tiny-random-llama")
+    assert isinstance(backend, TransformersBackend)
+    monkeypatch.setattr(backends, "score_trees", lambda *args: [[0.0, 0.0]])  # disagrees with the plain path
+    got = backend.score(PROMPTS[0], ["yes", "no"])
+    assert not backend.pooled and len(backend.pool) == 0
+    plain = TransformersBackend(backend.model, backend.tokenizer, "plain", kv_pool_tokens=0)
+    plain.pooled = False
+    assert got == pytest.approx(plain.score(PROMPTS[0], ["yes", "no"]), abs=1e-4)
+    assert backend.score(PROMPTS[0], ["yes", "no"]) == got
+
+
 def test_a_structured_reflection_reuses_its_prompt_cache_and_writes_the_same_reply(tiny: TransformersBackend) -> None:
-    """Its passes re-read one prompt: inside `reusing_prefix` the shared tokens come from the kept
-    KV cache, and every pass (generated and ranked) gives what recomputing the prompt gives."""
+    """Its passes re-read one prompt: the shared tokens come from the kept KV caches (the pool), and every
+    pass (generated and ranked) gives what recomputing the prompt gives."""
     from rir_runtime.envs.checkpoints import Step
     from rir_runtime.prompts import DecisionContext
-    from rir_runtime.structured import _fill, fill_reflection
+    from rir_runtime.structured import fill_reflection
 
     steps = tuple(Step(i, f"go to room {i}", f"You are in room {i}.", 0.0) for i in range(6))
     ctx = DecisionContext(
         task="t", objective="Find the key.", memory="", history=steps, observation="x", score=0.0, restore_point=2
     )
-    recomputed = _fill(tiny, PROMPTS[1], ctx)  # no reusing_prefix block: every pass from scratch
+    plain = TransformersBackend(tiny.model, tiny.tokenizer, "plain", kv_pool_tokens=0)  # every pass from scratch
+    recomputed = fill_reflection(plain, PROMPTS[1], ctx)
+    tiny.forget_prefixes()
     before = tiny.reused_tokens
     reused = fill_reflection(tiny, PROMPTS[1], ctx)
     assert reused.raw == recomputed.raw and reused.meta["passes"] == recomputed.meta["passes"] == 4
     prompt = len(tiny._encode(PROMPTS[1]))
     assert tiny.reused_tokens - before >= 3 * prompt  # passes 2-4 each skipped at least the prompt
-    assert tiny._reuse.kept is None  # nothing outlives the block
-    with tiny.reusing_prefix():  # an unrelated prompt shares no prefix: computed whole, same answer
-        other = tiny.generate([PROMPTS[0]], max_new_tokens=8)[0]
-    assert other == tiny.generate([PROMPTS[0]], max_new_tokens=8)[0]
+    assert plain.reused_tokens == 0 and len(plain.pool) == 0
+    other = tiny.generate([PROMPTS[0]], max_new_tokens=8)[0]  # shares little with the kept reflection
+    assert other == plain.generate([PROMPTS[0]], max_new_tokens=8)[0]
 
 
 class _Canned(BaseHTTPRequestHandler):

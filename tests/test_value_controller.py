@@ -388,7 +388,7 @@ def test_rir_train_value_with_the_lm_head_serves_option_log_probabilities(value_
     assert isinstance(scorer, LikelihoodScorer)
     ctx = context()
     prompt, texts = value_prompt(ctx), [o.text for o in recovery_options(ctx, with_continue=True)]
-    model, tokenizer = scorer.backend.model, scorer.backend.tokenizer
+    model, tokenizer = scorer.backend.backend.model, scorer.tokenizer
     head = tokenizer.apply_chat_template(as_chat(prompt), add_generation_prompt=True, tokenize=False)
     expected = []
     for text in texts:  # the whole sequence, one at a time: the sum of the option tokens' log-probabilities

@@ -83,14 +83,14 @@ class AgentOracleController(HeuristicController):
 
     def best_restore(self, ctx: DecisionContext) -> tuple[int, float]:
         """The latest admissible checkpoint of highest `V_agent` (with the lesson kept), and that value."""
-        values = self._hindsight(ctx).agent_values(list(ctx.admissible))
-        best = max(values.values())
-        return max(i for i, v in values.items() if i is not None and v == best), best
+        return self._hindsight(ctx).best_agent_restore(list(ctx.admissible))
 
     def review(self, ctx: DecisionContext) -> Decision:
         if not ctx.admissible:
             return Decision("review", Review("continue", "no admissible checkpoint"))
         now = self._hindsight(ctx).agent_values([None])[None]  # first: the environment stands there already
+        if now >= 1.0:  # no recovery can do better than always winning: no need to value one
+            return Decision("review", Review("continue", f"no recovery beats continuing ({now:.0%})"))
         r, best = self.best_restore(ctx)
         if best > now:
             return Decision("review", Review("recover", f"a recovery to {r} succeeds {best:.0%}, continuing {now:.0%}"))

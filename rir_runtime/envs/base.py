@@ -139,6 +139,19 @@ class Env(ABC):
         below it at the end of an episode is a failure the agent can see."""
         return None
 
+    def spawn(self) -> Env | None:
+        """A fresh engine of this environment with the same settings, for a branch played beside this
+        one (`rir_runtime/lockstep.py`); None where a second engine costs too much to start (the branches
+        then play one after another on this one)."""
+        return None
+
+    def siblings(self, n: int) -> list[Env]:
+        """This environment and up to n - 1 others of its kind, spawned once and kept for later branches."""
+        spares: list[Env] = self.__dict__.setdefault("_siblings", [])
+        while len(spares) < n - 1 and (twin := self.spawn()) is not None:
+            spares.append(twin)
+        return [self, *spares[: max(n - 1, 0)]]
+
     def close(self) -> None:  # noqa: B027 - an optional hook: most engines hold nothing to release
         """Release engine resources."""
 

@@ -91,6 +91,9 @@ class WorkshopEnv(ReplayEnv):
         super().__init__()
         self._state = WorkshopState()
 
+    def spawn(self) -> WorkshopEnv:
+        return WorkshopEnv()
+
     @classmethod
     def task_names(cls) -> list[str]:
         return list(TASKS)

@@ -134,6 +134,10 @@ class TextWorldCookingEnv(ReplayEnv):
         self._last: dict[str, Any] = {}
         self._initial: NativeState | None = None  # the loaded game's state right after reset
 
+    def spawn(self) -> TextWorldCookingEnv:
+        """Another engine over the same game cache (a game loads on its first reset, 0.05-0.6 s)."""
+        return TextWorldCookingEnv(self.cache_dir.parent, self.native_snapshots)
+
     @classmethod
     def task_names(cls) -> list[str]:
         return list(PRESETS)

@@ -10,14 +10,17 @@ from __future__ import annotations
 import copy
 import inspect
 import math
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from rir_runtime.errors import RIRError
-from rir_runtime.llm.base import Completion, Prompt, truncate_at_stop
+from rir_runtime.llm.base import Choice, Completion, Prompt, truncate_at_stop
 from rir_runtime.llm.device import default_device, set_num_threads
+from rir_runtime.llm.kv_pool import DEFAULT_POOL_TOKENS, PrefixPool
+from rir_runtime.llm.pooled import EMPTY, TokenTree, generate_rows, score_trees
+
+MEMO_SCORES = 4096  # scored prompts and greedy replies remembered beside the pool (keyed by token ids)
 
 
 class TransformersBackend:
@@ -30,7 +33,15 @@ class TransformersBackend:
 
     supports_scoring = True
 
-    def __init__(self, model: Any, tokenizer: Any, name: str, device: str = "cpu", max_batch_size: int = 16) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        name: str,
+        device: str = "cpu",
+        max_batch_size: int = 16,
+        kv_pool_tokens: int = DEFAULT_POOL_TOKENS,
+    ) -> None:
         self.model, self.tokenizer, self.name = model, tokenizer, name
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -38,57 +49,54 @@ class TransformersBackend:
         self.device, self.max_batch_size = device, max(1, max_batch_size)
         self._stop_strings_ok = True  # cleared when a tokenizer cannot build stop-string tables
         self._prefix_cache_ok = True  # cleared when a cache class cannot be repeated over a batch
-        self._reuse = threading.local()  # this thread's `reusing_prefix` block: (token ids, their KV cache)
-        self.reused_tokens = 0  # prompt tokens served from a kept KV cache, for benchmarks
+        # Prompt caches kept for later calls that begin alike (`kv_pool.py`); max_tokens 0 turns it off.
+        self.pool = PrefixPool(kv_pool_tokens)
+        # Scoring and generation over pooled prompts (`pooled.py`): checked against the plain path on the
+        # first call, and cleared where the two disagree (a sliding window, a capped output head).
+        self.pooled = True
+        self._checked = False
+        self._scores: OrderedDict[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]], list[float]] = OrderedDict()
+        self._replies: OrderedDict[tuple[tuple[int, ...], int, tuple[str, ...]], Completion] = OrderedDict()
 
-    @contextmanager
-    def reusing_prefix(self) -> Iterator[None]:
-        """Within the block, a one-prompt call whose tokens begin like the previous call's (a reply
-        written pass by pass, as a structured reflection is) starts from that call's KV cache instead
-        of recomputing the shared prefix. Only inside the block and only in this thread: its first
-        call computes everything, so what the block returns depends on its own calls alone."""
-        self._reuse.kept, self._reuse.active = None, True
-        try:
-            yield
-        finally:
-            self._reuse.kept, self._reuse.active = None, False
+    @property
+    def reused_tokens(self) -> int:
+        """Prompt tokens served from kept KV caches instead of computed, for benchmarks."""
+        return self.pool.reused_tokens
+
+    def forget_prefixes(self) -> None:
+        """Drop the kept prompt caches and scores. A reused prefix agrees with a recomputed one up to
+        float rounding, so an episode that starts with an empty pool depends on its own calls alone."""
+        self.pool.clear()
+        self._scores.clear()
+        self._replies.clear()
 
     def _cache_kw(self) -> str:
         return cache_keyword(self.model)
-
-    def _kept_prefix(self, row: list[int]) -> tuple[Any, int]:
-        """(a copy of the kept KV cache cut to the longest prefix `row` shares with it, its length);
-        (None, 0) outside `reusing_prefix` or when nothing is shared. At least one token of `row` is
-        left to compute: generation and scoring need the logits of its last position."""
-        kept = getattr(self._reuse, "kept", None)
-        if kept is None:
-            return None, 0
-        ids, cache = kept
-        n, limit = 0, min(len(ids), len(row) - 1)
-        while n < limit and ids[n] == row[n]:
-            n += 1
-        if n == 0:
-            return None, 0
-        prefix = copy.deepcopy(cache)
-        prefix.crop(n - len(ids))  # a negative count: the tokens to drop from the end
-        self.reused_tokens += n
-        return prefix, n
-
-    def _keep(self, ids: list[int], cache: Any) -> None:
-        """Keep `cache` (over `ids`) for the next call of a `reusing_prefix` block. Only caches made
-        of plain full-attention layers: a sliding-window layer (Gemma 3) cannot be cut back safely."""
-        if not getattr(self._reuse, "active", False) or cache is None:
-            return
-        from transformers.cache_utils import DynamicLayer
-
-        plain = all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None]))
-        self._reuse.kept = (ids[: cache.get_seq_length()], cache) if plain else None
 
     def _encode(self, prompt: Prompt) -> list[int]:
         return encode_prompt(self.tokenizer, prompt)
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[Any, Any, Any]:
         return left_pad(rows, self.tokenizer.pad_token_id, self.device)
+
+    def _pooled_ok(self, head: list[int]) -> bool:
+        """Whether this model takes the pooled path: on the first call, two continuations of `head`'s own
+        last tokens are scored both ways; where the scores disagree the plain path serves from then on."""
+        if self.pooled and not self._checked:  # `pooled = False` beforehand keeps the plain path
+            self._checked = True
+            tails = [head[-1:], head[-2:]]
+            plain = self._score_alone(head[:-2], tails)
+            try:
+                with _inference():
+                    pooled = score_trees(
+                        self.model, PrefixPool(0), [head[:-2]], [TokenTree.of(tails)], self.tokenizer.pad_token_id
+                    )[0]
+            except Exception:  # noqa: BLE001 - an architecture the custom mask or cache layout does not fit
+                pooled = []
+            self.pooled = len(pooled) == 2 and all(
+                abs(a - b) <= 1e-3 + 1e-4 * abs(b) for a, b in zip(pooled, plain, strict=True)
+            )
+        return self.pooled
 
     def generate(
         self,
@@ -97,8 +105,28 @@ class TransformersBackend:
         max_new_tokens: int,
         stop: list[str] | None = None,
         temperature: float = 0.0,
+        hints: Sequence[Sequence[str]] | None = None,
     ) -> list[Completion]:
+        """Greedy at temperature 0. Over pooled prompts (`pooled.generate_rows`) where the model allows:
+        prompts that begin like earlier ones compute only the rest, the batch decodes together, and a
+        greedy reply follows its `hints` in one pass while it stays among them. With the pool on, a greedy
+        reply to a prompt asked again comes from memory (the same tokens give the same reply)."""
         encoded = [self._encode(p) for p in prompts]
+        if encoded and len(encoded[0]) > 2 and self._pooled_ok(encoded[0]):
+            remember = temperature <= 0 and self.pool.max_tokens > 0
+            keys = [(tuple(ids), max_new_tokens, tuple(stop or ())) for ids in encoded]
+            todo = [i for i, key in enumerate(keys) if not (remember and key in self._replies)]
+            if todo:
+                trees = [self._tree(hints[i]) for i in todo] if hints else None
+                new = self._generate_pooled([encoded[i] for i in todo], max_new_tokens, stop, temperature, trees)
+                if not remember:
+                    return new
+                self._replies.update(zip([keys[i] for i in todo], new, strict=True))
+                while len(self._replies) > MEMO_SCORES:
+                    self._replies.popitem(last=False)
+            for key in keys:
+                self._replies.move_to_end(key)
+            return [self._replies[key] for key in keys]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths pad less
         results: dict[int, Completion] = {}
         for start in range(0, len(order), self.max_batch_size):
@@ -109,9 +137,44 @@ class TransformersBackend:
                 results[i] = completion
         return [results[i] for i in range(len(prompts))]
 
+    def _tree(self, texts: Sequence[str]) -> TokenTree:
+        return TokenTree.of(continuation_tokens(self.tokenizer, list(texts))) if texts else EMPTY
+
+    def _generate_pooled(
+        self,
+        rows: list[list[int]],
+        max_new_tokens: int,
+        stop: list[str] | None,
+        temperature: float,
+        hints: list[TokenTree] | None,
+    ) -> list[Completion]:
+        eos, stops = self._eos_ids(), [s for s in stop or [] if s]
+
+        def stopped(tokens: list[int]) -> bool:
+            if tokens[-1] in eos:
+                return True
+            return bool(stops) and any(s in self.tokenizer.decode(tokens, skip_special_tokens=True) for s in stops)
+
+        with _inference():
+            new = generate_rows(
+                self.model, self.pool, rows, self.tokenizer.pad_token_id, stopped, max_new_tokens, temperature,
+                self.max_batch_size, hints,
+            )  # fmt: skip
+        return [
+            Completion(
+                truncate_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=True), stop), len(row), len(tokens)
+            )
+            for row, tokens in zip(rows, new, strict=True)
+        ]
+
+    def _eos_ids(self) -> set[int]:
+        eos = self.model.generation_config.eos_token_id
+        return set([eos] if isinstance(eos, int) else (eos or [])) | {self.tokenizer.eos_token_id}
+
     def _generate_batch(
         self, rows: list[list[int]], max_new_tokens: int, stop: list[str] | None, temperature: float
     ) -> list[Completion]:
+        """transformers' `generate` over left-padded rows: the path of models the pooled one does not fit."""
         import torch
 
         ids, mask, _ = self._left_pad(rows)
@@ -120,10 +183,6 @@ class TransformersBackend:
             kwargs.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        reusing = len(rows) == 1 and getattr(self._reuse, "active", False)
-        if reusing:
-            prefix, _ = self._kept_prefix(rows[0])
-            kwargs.update(return_dict_in_generate=True, **({self._cache_kw(): prefix} if prefix is not None else {}))
         with torch.inference_mode():
             out = None
             if stop and self._stop_strings_ok:
@@ -133,13 +192,8 @@ class TransformersBackend:
                     )
                 except Exception:  # noqa: BLE001 - some tokenizers cannot build stop-string tables
                     self._stop_strings_ok = False
-                    kwargs.pop(self._cache_kw(), None)  # it may have been written to: recompute
             if out is None:
                 out = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-        if reusing:
-            cache = getattr(out, "cache", None)
-            self._keep(out.sequences[0].tolist(), out.past_key_values if cache is None else cache)
-            out = out.sequences
         stopped_on = stop if stop and self._stop_strings_ok else None
         completions = []
         for row, new in zip(rows, out[:, ids.shape[1] :].tolist(), strict=True):
@@ -153,8 +207,7 @@ class TransformersBackend:
         batch went on. When the pad token is the EOS token (SmolLM2's is), the padding after a row
         that a stop string ended reads as an EOS the model never generated; counting it would make
         `completion_tokens` depend on which other prompts shared the batch."""
-        eos = self.model.generation_config.eos_token_id
-        eos_ids = set([eos] if isinstance(eos, int) else (eos or [])) | {self.tokenizer.eos_token_id}
+        eos_ids = self._eos_ids()
         k = next((k for k, t in enumerate(new) if t in eos_ids), None)
         if k is not None:
             text = self.tokenizer.decode(new[:k], skip_special_tokens=True)
@@ -220,13 +273,53 @@ class TransformersBackend:
             raise RIRError(f"constrained decoding spelled {self.tokenizer.decode(spelled)!r}, which is not a choice")
         return index[spelled], Completion(choices[index[spelled]], len(head), len(new))
 
+    def choose_many(self, requests: Sequence[Choice]) -> list[tuple[int, Completion]]:
+        return [self.choose(*request) for request in requests]
+
     def score(self, prompt: Prompt, continuations: list[str]) -> list[float]:
-        """The prompt runs once; its KV cache is repeated over a right-padded batch of continuations
-        (ranking 100 admissible actions must not recompute a 1k-token prompt 100 times)."""
-        if not continuations:
-            return []
-        head = self._encode(prompt)
-        tails = continuation_tokens(self.tokenizer, continuations)
+        return self.score_many([(prompt, continuations)])[0]
+
+    def score_many(self, requests: Sequence[tuple[Prompt, list[str]]]) -> list[list[float]]:
+        """Every request's continuations scored, the prompts in batches of one forward pass each, their
+        continuations as token trees over pooled prompt prefixes (`pooled.score_trees`). A model the
+        pooled path does not fit scores each prompt alone: its KV cache repeated over a batch of
+        continuations (ranking 100 actions must not recompute a 1k-token prompt 100 times). With the pool
+        on, a prompt asked again (a continuation replayed under a smaller cap, one step reached from two
+        reviews) is answered from memory: the same tokens give the same scores."""
+        out: list[list[float]] = [[] for _ in requests]
+        todo = [i for i, (_, continuations) in enumerate(requests) if continuations]
+        heads = {i: self._encode(requests[i][0]) for i in todo}
+        tails = {i: continuation_tokens(self.tokenizer, requests[i][1]) for i in todo}
+        keys = {i: (tuple(heads[i]), tuple(map(tuple, tails[i]))) for i in todo}
+        remember = self.pool.max_tokens > 0
+        if remember:
+            for i in [i for i in todo if keys[i] in self._scores]:
+                out[i] = list(self._scores[keys[i]])
+                self._scores.move_to_end(keys[i])
+            todo = [i for i in todo if keys[i] not in self._scores]
+        if todo and len(heads[todo[0]]) > 2 and self._pooled_ok(heads[todo[0]]):
+            with _inference():
+                got = score_trees(
+                    self.model,
+                    self.pool,
+                    [heads[i] for i in todo],
+                    [TokenTree.of(tails[i]) for i in todo],
+                    self.tokenizer.pad_token_id,
+                    self.max_batch_size,
+                )
+            for i, scores in zip(todo, got, strict=True):
+                out[i] = scores
+        else:
+            for i in todo:
+                out[i] = self._score_alone(heads[i], tails[i])
+        if remember:
+            for i in keys:
+                self._scores[keys[i]] = list(out[i])
+            while len(self._scores) > MEMO_SCORES:
+                self._scores.popitem(last=False)
+        return out
+
+    def _score_alone(self, head: list[int], tails: list[list[int]]) -> list[float]:
         if self._prefix_cache_ok:
             try:
                 return self._score_cached(head, tails)
@@ -238,10 +331,8 @@ class TransformersBackend:
         import torch
 
         cache_kw = self._cache_kw()
-        kept, n = self._kept_prefix(head)
         with torch.inference_mode():
-            first_lp, prefix = prompt_log_probs_and_cache(self.model, head, cache_kw, kept, n)
-            self._keep(head, prefix)  # never written to below (each chunk repeats a copy); reuse copies it again
+            first_lp, prefix = prompt_log_probs_and_cache(self.model, head, cache_kw)
             scores: list[float] = []
             for start in range(0, len(tails), self.max_batch_size):
                 chunk = tails[start : start + self.max_batch_size]
@@ -262,6 +353,12 @@ class TransformersBackend:
             with torch.inference_mode():
                 scores += continuation_log_probs(self.model, head, chunk, self.tokenizer.pad_token_id).tolist()
         return scores
+
+
+def _inference() -> Any:
+    import torch
+
+    return torch.inference_mode()
 
 
 def cache_keyword(model: Any) -> str:

@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 Messages = list[dict[str, str]]
 Prompt = Messages | str
+Choice = tuple[Prompt, list[str], Sequence[float] | None]  # a `choose` call: prompt, choices, penalties
 
 
 @dataclass(frozen=True)
@@ -43,12 +44,19 @@ class Backend(Protocol):
         max_new_tokens: int,
         stop: list[str] | None = None,
         temperature: float = 0.0,
+        hints: Sequence[Sequence[str]] | None = None,
     ) -> list[Completion]:
-        """One completion per prompt; chat prompts get the model's chat template."""
+        """One completion per prompt; chat prompts get the model's chat template. `hints[i]`: replies
+        prompt i is likely to get (an agent's admissible actions); a local model decodes greedily along
+        them in one pass while its choice stays among them, with the same result. Others ignore them."""
         ...
 
     def score(self, prompt: Prompt, continuations: list[str]) -> list[float]:
         """Summed log-likelihood of each continuation right after the (rendered) prompt."""
+        ...
+
+    def score_many(self, requests: Sequence[tuple[Prompt, list[str]]]) -> list[list[float]]:
+        """`score` of many (prompt, continuations) requests at once (a local model: one batched pass)."""
         ...
 
     def choose(
@@ -56,6 +64,10 @@ class Backend(Protocol):
     ) -> tuple[int, Completion]:
         """Greedy decoding that can only spell one of `choices`: (its index, the completion);
         `penalties[i]` is subtracted from choice i's log-probability."""
+        ...
+
+    def choose_many(self, requests: Sequence[Choice]) -> list[tuple[int, Completion]]:
+        """`choose` of many (prompt, choices, penalties) requests at once (a server: concurrently)."""
         ...
 
 

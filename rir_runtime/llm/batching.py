@@ -1,37 +1,36 @@
-"""Cross-episode batching: model calls from concurrent episodes become one batched call.
+"""A thread-safe backend whose calls from a lockstep group go out as one batch.
 
-Episodes run in threads; each calls `generate([one prompt])` as if it were alone. This wrapper
-queues the requests and a single dispatcher thread sends them to the backend in batches (up to
-`max_batch`, or whatever arrived within `wait_s`), so a local model does one padded forward pass
-for many episodes instead of many small ones. `score` and `choose` are already one batched pass
-per call; they go straight to the wrapped backend. Every call into the wrapped backend holds one
-lock: a local model then runs one forward pass at a time (threads sharing a CPU only slow each
-other down), and its tokenizer is never used from two threads at once.
+Every model a process shares (`shared.py`) is wrapped in a `BatchingBackend`. A call from a thread
+outside any group goes straight to the model, one at a time (a local model runs one forward pass at a
+time: threads sharing a CPU only slow each other down, and its tokenizer is never used from two
+threads at once). A call from a thread of a lockstep group (`rir_runtime/lockstep.py`: the branches of
+a valued decision, or the episodes a worker runs in threads) waits until every live member of the group
+waits too, and then the group's calls to this model go out together: prompts to `generate` settings
+by settings, scoring requests as one `score_many`, constrained choices as one `choose_many` (one
+batched forward locally; concurrent requests to an OpenAI-compatible server, which batches them).
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Future
+from typing import Any
 
-from rir_runtime.llm.base import Backend, Completion, Prompt
+from rir_runtime.llm.base import Backend, Choice, Completion, Prompt
+from rir_runtime.lockstep import current_group
 
-# (max_new_tokens, stop strings, temperature): requests with different settings cannot share a call.
+# (max_new_tokens, stop strings, temperature): prompts with other settings cannot share a call.
 _Settings = tuple[int, tuple[str, ...] | None, float]
-_Request = tuple[Prompt, _Settings, "Future[Completion]"]
+_Asked = tuple[Prompt, list[str]]  # a prompt to generate after, and its hints
 
 
 class BatchingBackend:
-    """A `Backend` around another one: thread-safe, with `generate` batched across threads."""
+    """A `Backend` around another one: thread-safe, with a lockstep group's calls batched."""
 
-    def __init__(self, backend: Backend, max_batch: int = 8, wait_s: float = 0.02) -> None:
-        self.backend, self.max_batch, self.wait_s = backend, max_batch, wait_s
-        self._queue: queue.Queue[_Request] = queue.Queue()
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
         self._lock = threading.Lock()
-        self.batches: list[int] = []  # sizes of the batches sent, for benchmarks
-        threading.Thread(target=self._dispatch, daemon=True, name="batching-backend").start()
+        self.batches: list[int] = []  # how many calls each batch a group sent here held, for benchmarks
 
     @property
     def name(self) -> str:
@@ -48,54 +47,76 @@ class BatchingBackend:
         max_new_tokens: int,
         stop: list[str] | None = None,
         temperature: float = 0.0,
+        hints: Sequence[Sequence[str]] | None = None,
     ) -> list[Completion]:
         settings: _Settings = (max_new_tokens, tuple(stop) if stop is not None else None, temperature)
-        futures: list[Future[Completion]] = []
-        for prompt in prompts:
-            future: Future[Completion] = Future()
-            self._queue.put((prompt, settings, future))
-            futures.append(future)
-        return [f.result() for f in futures]
+        asked = [(p, list(hints[i]) if hints else []) for i, p in enumerate(prompts)]
+        group = current_group()
+        if group is None:
+            return self._generate([asked], settings)[0]
+        return group.call((id(self), "generate", settings), lambda lists: self._generate(lists, settings), asked)
 
     def score(self, prompt: Prompt, continuations: list[str]) -> list[float]:
-        with self._lock:
-            return self.backend.score(prompt, continuations)
+        return self.score_many([(prompt, continuations)])[0]
+
+    def score_many(self, requests: Sequence[tuple[Prompt, list[str]]]) -> list[list[float]]:
+        group = current_group()
+        if group is None:
+            with self._lock:
+                return self.backend.score_many(requests)
+        return group.call((id(self), "score"), self._score_requests, list(requests))
 
     def choose(
         self, prompt: Prompt, choices: list[str], penalties: Sequence[float] | None = None
     ) -> tuple[int, Completion]:
-        with self._lock:
-            return self.backend.choose(prompt, choices, penalties)
+        return self.choose_many([(prompt, choices, penalties)])[0]
 
-    def _dispatch(self) -> None:
-        while True:
-            batch = [self._queue.get()]
-            while len(batch) < self.max_batch:
-                try:
-                    batch.append(self._queue.get(timeout=self.wait_s))
-                except queue.Empty:
-                    break
-            groups: dict[_Settings, list[_Request]] = {}
-            for request in batch:
-                groups.setdefault(request[1], []).append(request)
-            for settings, requests in groups.items():
-                self.batches.append(len(requests))
-                self._send(settings, requests)
-
-    def _send(self, settings: _Settings, requests: list[_Request]) -> None:
-        max_new_tokens, stop, temperature = settings
-        try:
+    def choose_many(self, requests: Sequence[Choice]) -> list[tuple[int, Completion]]:
+        group = current_group()
+        if group is None:
             with self._lock:
-                outs = self.backend.generate(
-                    [prompt for prompt, _, _ in requests],
-                    max_new_tokens=max_new_tokens,
-                    stop=list(stop) if stop is not None else None,
-                    temperature=temperature,
-                )
-            if len(outs) != len(requests):  # before any future is set: the error goes to all of them
-                raise RuntimeError(f"the backend returned {len(outs)} replies for {len(requests)} prompts")
-            for (_, _, future), out in zip(requests, outs, strict=True):
-                future.set_result(out)
-        except Exception as err:  # hand the error to every waiting episode
-            for _, _, future in requests:
-                future.set_exception(err)
+                return self.backend.choose_many(requests)
+        return group.call((id(self), "choose"), self._choose_requests, list(requests))
+
+    def forget_prefixes(self) -> None:
+        forget = getattr(self.backend, "forget_prefixes", None)
+        if forget is not None:
+            with self._lock:
+                forget()
+
+    # --- what a group sends: each member's payload was one call's list of requests -------------------
+    def _generate(self, lists: list[list[_Asked]], settings: _Settings) -> list[list[Completion]]:
+        max_new_tokens, stop, temperature = settings
+        flat = [asked for prompts in lists for asked in prompts]
+        self.batches.append(len(lists))
+        with self._lock:
+            outs = self.backend.generate(
+                [prompt for prompt, _ in flat],
+                max_new_tokens=max_new_tokens,
+                stop=list(stop) if stop is not None else None,
+                temperature=temperature,
+                hints=[hints for _, hints in flat] if any(hints for _, hints in flat) else None,
+            )
+        return _split(outs, [len(prompts) for prompts in lists])
+
+    def _score_requests(self, payloads: list[list[tuple[Prompt, list[str]]]]) -> list[list[list[float]]]:
+        self.batches.append(len(payloads))
+        with self._lock:
+            outs = self.backend.score_many([r for requests in payloads for r in requests])
+        return _split(outs, [len(requests) for requests in payloads])
+
+    def _choose_requests(self, payloads: list[list[Choice]]) -> list[list[tuple[int, Completion]]]:
+        self.batches.append(len(payloads))
+        with self._lock:
+            outs = self.backend.choose_many([r for requests in payloads for r in requests])
+        return _split(outs, [len(requests) for requests in payloads])
+
+
+def _split(flat: list[Any], sizes: list[int]) -> list[list[Any]]:
+    if len(flat) != sum(sizes):
+        raise RuntimeError(f"the backend returned {len(flat)} results for {sum(sizes)} requests")
+    out, start = [], 0
+    for n in sizes:
+        out.append(flat[start : start + n])
+        start += n
+    return out

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, cast
 
 from rir_runtime.errors import ModelLoadError, RIRError, ServerError, UnknownNameError, UserInputError
-from rir_runtime.llm.base import Completion, Prompt, truncate_at_stop
+from rir_runtime.llm.base import Choice, Completion, Prompt, truncate_at_stop
 
 Guided = Literal["auto", "vllm", "sglang", "off"]
 GUIDED: tuple[Guided, ...] = ("auto", "vllm", "sglang", "off")
@@ -95,6 +95,7 @@ class OpenAIBackend:
         max_new_tokens: int,
         stop: list[str] | None = None,
         temperature: float = 0.0,
+        hints: Sequence[Sequence[str]] | None = None,  # a server decodes as it does: no use for them
     ) -> list[Completion]:
         if len(prompts) <= 1:
             return [self._one(p, max_new_tokens, stop, temperature) for p in prompts]
@@ -129,6 +130,16 @@ class OpenAIBackend:
                 f"ignored the {server} guided-decoding field; pass the right guided= dialect or use generate mode"
             )
         return choices.index(text), replace(completion, text=text)
+
+    def choose_many(self, requests: Sequence[Choice]) -> list[tuple[int, Completion]]:
+        """Each request's `choose`, sent concurrently: the server batches them."""
+        if len(requests) <= 1:
+            return [self.choose(*r) for r in requests]
+        with ThreadPoolExecutor(min(self.max_workers, len(requests))) as pool:
+            return list(pool.map(lambda r: self.choose(*r), requests))
+
+    def score_many(self, requests: Sequence[tuple[Prompt, list[str]]]) -> list[list[float]]:
+        return [self.score(prompt, continuations) for prompt, continuations in requests]
 
     def score(self, prompt: Prompt, continuations: list[str]) -> list[float]:
         raise UserInputError(

@@ -19,6 +19,7 @@ from rir_runtime.errors import ModelLoadError
 from rir_runtime.llm.backends import TransformersBackend
 from rir_runtime.llm.card import base_model_location, read_card
 from rir_runtime.llm.device import default_device, set_num_threads, torch_dtype
+from rir_runtime.llm.kv_pool import DEFAULT_POOL_TOKENS
 from rir_runtime.llm.value import SCALAR, value_head
 
 
@@ -84,8 +85,9 @@ class TunedBackend(TransformersBackend):
         card: dict[str, Any],
         device: str = "cpu",
         max_batch_size: int = 16,
+        kv_pool_tokens: int = DEFAULT_POOL_TOKENS,
     ) -> None:
-        super().__init__(model, tokenizer, name, device, max_batch_size)
+        super().__init__(model, tokenizer, name, device, max_batch_size, kv_pool_tokens)
         self.card = card
 
 

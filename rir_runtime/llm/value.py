@@ -18,6 +18,7 @@ Options end with their own text, not an end-of-text token: small chat models pad
 
 from __future__ import annotations
 
+import threading
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -90,9 +91,14 @@ class ValueScorer:
         self.model, self.tokenizer, self.device, self.card = model.eval(), tokenizer, device, card or {}
         self.body, self.head = split_head(model)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self._lock = threading.Lock()  # branches played in threads share the model
 
     def score(self, prompt: str, options: list[str]) -> list[float]:
         """One score per option: the prompt's cache computed once, the options in batches over it."""
+        with self._lock:
+            return self._score(prompt, options)
+
+    def _score(self, prompt: str, options: list[str]) -> list[float]:
         import copy
 
         import torch
@@ -138,8 +144,10 @@ class LikelihoodScorer:
     name costs a little; the calibrated margin over going on absorbs the offset of the review."""
 
     def __init__(self, backend: Any, card: dict[str, Any] | None = None) -> None:
-        self.backend, self.card = backend, card or {}
-        self.tokenizer = backend.tokenizer
+        from rir_runtime.llm.batching import BatchingBackend
+
+        self.tokenizer, self.card = backend.tokenizer, card or {}
+        self.backend = BatchingBackend(backend)  # branches played together score in one batch, one thread at a time
 
     def score(self, prompt: str, options: list[str]) -> list[float]:
         return list(self.backend.score(as_chat(prompt), options)) if options else []
@@ -158,8 +166,9 @@ def load_value_scorer(
     device = device or default_device()
     folder = str(adapter_dir).removeprefix("value:")
     model, tokenizer, card = load_tuned_model(folder, merge=merge, device=device, expect="value")
-    if value_head(card) == LM:
-        return LikelihoodScorer(TunedBackend(model, tokenizer, f"value:{folder}", card, device, OPTION_BATCH), card)
+    if value_head(card) == LM:  # no kept prompt caches: a decision's scores depend on its own prompt alone
+        backend = TunedBackend(model, tokenizer, f"value:{folder}", card, device, OPTION_BATCH, kv_pool_tokens=0)
+        return LikelihoodScorer(backend, card)
     return ValueScorer(model, tokenizer, device, card)
 
 

@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rir_runtime.budgets import AgentBudget
 from rir_runtime.envs import ENV_CLASSES, Env, TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.errors import UnknownNameError, UserInputError
-from rir_runtime.llm.shared import batch_shared_backends, shared_backend
+from rir_runtime.llm.shared import forget_prefixes, shared_backend
+from rir_runtime.lockstep import Lockstep
 from rir_runtime.orchestration.executors import EXECUTORS, check_executor, make_executor
 from rir_runtime.policies import MODES
 from rir_runtime.policy_spec import NOISY_EXPERT, PolicySpec, spellings
 from rir_runtime.recovery import METHODS, PRESETS
 from rir_runtime.trace import EpisodeRecord, append_record, drop_partial_tail, read_records
+from rir_runtime.values import AUTO_WIDTH, LOOP_REPEATS
 
 if TYPE_CHECKING:
     from rir_runtime.branching import Forced, Outcome
@@ -73,6 +75,20 @@ class SelectionConfig:
     )
     max_steps: int = field(default=100, metadata={"help": "environment steps per episode (safety cap)"})
     review_interval: int = field(default=4, metadata={"help": "initial scheduled review interval"})
+    branch_width: int = field(
+        default=AUTO_WIDTH,
+        metadata={
+            "help": "hindsight by the agent (oracle-agent): continuations of a decision played together, each on "
+            "an engine of its own, their agent calls batched (1: one after another; 0: 8 on a GPU, 1 on a CPU)"
+        },
+    )
+    loop_repeats: int = field(
+        default=LOOP_REPEATS,
+        metadata={
+            "help": "hindsight by the agent: a continuation whose agent repeats one step (or a pair) this many "
+            "times with nothing changing is called lost (0: play every continuation to its cap)"
+        },
+    )
     workers: int = field(default=1, metadata={"help": "parallel worker processes (with --executor ray: Ray actors)"})
     concurrency: int = field(
         default=1,
@@ -120,8 +136,10 @@ class SelectionConfig:
                 "charge_controller counts the controller's calls against budget_agent: drop budget_controller, "
                 "or drop charge_controller to bound them apart"
             )
-        if self.workers < 1 or self.concurrency < 1:
-            raise ValueError("workers and concurrency must be >= 1")
+        if self.workers < 1 or self.concurrency < 1 or self.branch_width < 0:
+            raise ValueError("workers and concurrency must be >= 1, branch_width >= 0 (0: chosen by the device)")
+        if self.loop_repeats < 0:
+            raise ValueError("loop_repeats must be >= 0 (0: never call a continuation looping)")
         if self.workers > 1 and self.concurrency > 1 and self.executor == "local":
             raise ValueError(
                 f"workers={self.workers} and concurrency={self.concurrency} cannot be combined (concurrent episodes "
@@ -159,6 +177,8 @@ class EpisodeJob:
     tag: str = ""  # data_gen: exploratory variant name
     budget_controller: int | None = None  # B_ctrl; None: unbounded
     charge_controller: bool = False  # the controller's model calls count against B_agent
+    branch_width: int = AUTO_WIDTH  # hindsight by the agent: continuations played together (0: by device)
+    loop_repeats: int = LOOP_REPEATS  # hindsight by the agent: repeats that call a continuation looping
 
     def to_json(self) -> str:
         """The job as one JSON object: what a decision point needs to run its episode again."""
@@ -234,6 +254,8 @@ def expand_jobs(cfg: SelectionConfig, env: Env | None = None) -> list[EpisodeJob
                         cfg.review_interval,
                         budget_controller=cfg.budget_controller,
                         charge_controller=cfg.charge_controller,
+                        branch_width=cfg.branch_width,
+                        loop_repeats=cfg.loop_repeats,
                     )
                     if not cfg.only or job_key(job) in cfg.only:
                         jobs.setdefault(job.episode_id, job)
@@ -308,7 +330,16 @@ def runner_for(job: EpisodeJob, kind: type[R]) -> R:
         charge_controller=job.charge_controller,
     )
     controller = make_controller(job.controller, shared_backend)
-    return kind(env, policy, controller, PRESETS[job.method], budgets, job.review_interval)
+    return kind(
+        env,
+        policy,
+        controller,
+        PRESETS[job.method],
+        budgets,
+        job.review_interval,
+        branch_width=job.branch_width,
+        loop_repeats=job.loop_repeats,
+    )
 
 
 def run_job(job: EpisodeJob) -> EpisodeRecord:
@@ -367,10 +398,24 @@ def _execute(
 
 
 def episode_worker(concurrency: int) -> Callable[[EpisodeJob], EpisodeRecord]:
-    """Runs once in each worker (process, Ray actor, or this process): its backends batch the model
-    calls of its `concurrency` concurrent episodes; environments and models stay cached there."""
-    batch_shared_backends(concurrency)
-    return run_job
+    """Runs once in each worker (process, Ray actor, or this process); environments and models stay
+    cached there. With `concurrency` > 1 its episodes run in threads of one lockstep group, so their
+    model calls go out in batches; one at a time, each starts with no kept prompt cache, so what it does
+    depends on its own calls alone."""
+    if concurrency <= 1:
+        return _alone
+    group = Lockstep()
+
+    def run_in_group(job: EpisodeJob) -> EpisodeRecord:
+        with group.member():
+            return run_job(job)
+
+    return run_in_group
+
+
+def _alone(job: EpisodeJob) -> EpisodeRecord:
+    forget_prefixes()
+    return run_job(job)
 
 
 class _progress:
