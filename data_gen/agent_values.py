@@ -11,10 +11,12 @@ continuations that value a recovery start with the hindsight reflection of their
 memory (as the loop would add it), while the value of continuing does not: a recovery that pays only
 through what the agent learned (stay where it is, blame the move that looped) then shows in the labels.
 
-Continuations are cached by (task, action prefix, k, kept reflection): decision points of one episode, and the
-exploratory variants that share its prefix, reuse them; the cache is an append-only JSONL file, so a
-killed build resumes. Each continuation is capped at `max_steps` environment steps, and ends where the
-agent loops. A point's continuations play together (`rir_runtime.values.play_together`).
+Continuations are cached by (task, action prefix, memory, k): decision points of one episode, and the
+exploratory variants that share its prefix, reuse them, and a point with fewer calls left reads its
+outcome off one played under a larger cap (the agent is deterministic: `rir_runtime.values.Played`); the
+cache is an append-only JSONL file, so a killed build resumes. Each continuation is capped at
+`max_steps` environment steps or the calls its episode had left, and ends where the agent loops. A
+point's continuations play together (`rir_runtime.values.play_together`).
 """
 
 from __future__ import annotations
@@ -29,11 +31,10 @@ from data_gen.points import DecisionPoint
 from rir_runtime.agent import Policy
 from rir_runtime.decisions import Reflection
 from rir_runtime.envs import Env, Snapshot
-from rir_runtime.envs.checkpoints import Step
 from rir_runtime.guidance import Guidance
 from rir_runtime.memory import ReflectionMemory
 from rir_runtime.policy_spec import PolicySpec
-from rir_runtime.values import AUTO_WIDTH, LOOP_REPEATS, Continuation, Start, branch_width, play_together
+from rir_runtime.values import AUTO_WIDTH, LOOP_REPEATS, Continuation, Played, Start, branch_width, play_together
 
 PolicyFactory = Callable[[Env, int], Policy]  # (environment, continuation index k) -> the agent
 Checkpoint = tuple[int, Snapshot, Reflection | None]  # (index on the branch, its snapshot, the reflection kept)
@@ -57,7 +58,7 @@ class AgentValue:
     loop_repeats: int = LOOP_REPEATS
     env_steps: int = 0
     continuations: int = 0
-    _cache: dict[str, bool] = field(default_factory=dict)
+    _cache: dict[str, Played] = field(default_factory=dict)
     _fh: TextIO | None = None
 
     def __post_init__(self) -> None:
@@ -67,9 +68,9 @@ class AgentValue:
             for line in self.cache_file.read_text().splitlines():
                 try:
                     row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a partial last line of a killed build: that continuation reruns
-                self._cache[row["key"]] = bool(row["won"])
+                    self._cache[row["key"]] = Played(bool(row["won"]), 0, int(row["calls"]), bool(row["capped"]))
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                    continue  # a partial last line of a killed build, or a row of an older build: it reruns
 
     def value(
         self, env: Env, point: DecisionPoint, i: int, snapshot: Snapshot, kept: Reflection | None = None
@@ -83,12 +84,12 @@ class AgentValue:
         """`value` of each (checkpoint, its snapshot, the reflection kept), the continuations that are
         not cached yet played together."""
         calls = min(self.max_steps, point.calls_left) if point.record.budget_agent else self.max_steps
-        keys = [[self._key(point, i, k, kept, calls) for k in range(self.rollouts)] for i, _, kept in items]
+        starts = [Start(snap, point.history[:i], self._memory(point, i, kept)) for i, snap, kept in items]
+        keys = [[self._key(point, start, k) for k in range(self.rollouts)] for start in starts]
         todo: dict[str, Continuation] = {}
-        for (i, snapshot, kept), ks in zip(items, keys, strict=True):
-            start = Start(snapshot, point.history[:i], self._memory(point, point.history[:i], kept))
+        for start, ks in zip(starts, keys, strict=True):
             for k, key in enumerate(ks):
-                if key not in self._cache and key not in todo:
+                if self._within(key, calls) is None and key not in todo:
                     todo[key] = Continuation(start, k, calls)
         if todo:
             runs = list(todo.values())
@@ -97,31 +98,40 @@ class AgentValue:
                 branch_width(self.width), self.loop_repeats,
             )  # fmt: skip
             for key, outcome in zip(todo, played, strict=True):
-                self._cache[key] = outcome.won
-                self._write(key, outcome.won)
+                self._cache[key] = outcome
+                self._write(key, outcome)
                 self.env_steps += outcome.steps
             self.continuations += len(runs)
-        return [sum(self._cache[key] for key in ks) / len(ks) for ks in keys]
+        return [sum(bool(self._within(key, calls)) for key in ks) / len(ks) for ks in keys]
 
-    def _key(self, point: DecisionPoint, i: int, k: int, kept: Reflection | None, calls: int) -> str:
-        parts: list[object] = [self.name, point.task.key, [s.action for s in point.history[:i]], k, calls]
+    def _within(self, key: str, calls: int) -> bool | None:
+        """Whether the continuation wins within `calls`, from one played before under any cap that tells
+        (`Played.within`: the agent is deterministic); None: it must be played."""
+        played = self._cache.get(key)
+        return None if played is None else played.within(calls)
+
+    def _key(self, point: DecisionPoint, start: Start, k: int) -> str:
+        """A continuation, whichever decision point asks for it: the agent, the task, the branch to the
+        checkpoint, the memory there (the point's, with the lesson a recovery keeps) and the draw."""
+        parts = [self.name, point.task.key, [s.action for s in start.history], start.memory.snapshot().to_json(), k]
         if self.loop_repeats:  # a continuation that ends where it loops is not one that played to its cap
             parts.append(f"loop{self.loop_repeats}")
-        return json.dumps(parts + ([kept.to_json(), self.remember_abandoned] if kept else []))
+        return json.dumps(parts)
 
-    def _memory(self, point: DecisionPoint, prefix: tuple[Step, ...], kept: Reflection | None) -> ReflectionMemory:
-        """The memory a continuation starts with: the point's, plus what a recovery to `prefix` keeps."""
+    def _memory(self, point: DecisionPoint, i: int, kept: Reflection | None) -> ReflectionMemory:
+        """The memory a continuation starts with: the point's, plus what a recovery to checkpoint i keeps."""
         memory = ReflectionMemory.from_snapshot(point.memory, point.objective)
         if kept is not None:
-            memory.keep(kept, point.history, len(prefix), self.remember_abandoned)
+            memory.keep(kept, point.history, i, self.remember_abandoned)
         return memory
 
-    def _write(self, key: str, won: bool) -> None:
+    def _write(self, key: str, played: Played) -> None:
         if self.cache_file is None:
             return
         if self._fh is None:
             self._fh = self.cache_file.open("a")
-        self._fh.write(json.dumps({"key": key, "won": won}) + "\n")
+        row = {"key": key, "won": played.won, "calls": played.calls, "capped": played.capped}
+        self._fh.write(json.dumps(row) + "\n")
         self._fh.flush()
 
     def close(self) -> None:
