@@ -573,6 +573,19 @@ def benchmark_table(envs: list[str], evals: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+SMOKE_ROWS = 50  # offline rows per dataset below which the offline section checks that scoring runs, no more
+
+
+def smoke_note(cfg: PipelineConfig) -> str:
+    """What the offline section can say on few rows: that the scoring runs, not which controller is better."""
+    if cfg.controller_eval_rows >= SMOKE_ROWS:
+        return ""
+    return (
+        f"a smoke test: {cfg.controller_eval_rows} held-out rows a dataset, too few for the intervals to tell "
+        f"controllers apart; `--controller_eval_rows {4 * SMOKE_ROWS}` measures them"
+    )
+
+
 def _bound(cfg: PipelineConfig) -> str:
     return "unbounded" if cfg.budget_controller is None else str(cfg.budget_controller)
 
@@ -583,10 +596,11 @@ def final_report(
     from eval.report import table
 
     evals = [_load(d / SUMMARY) for d in eval_dirs]
+    smoke = smoke_note(cfg)
     lines = (
         ["# RIR pipeline report", ""]
         + headline(evals)
-        + offline_verdict(ce_dir)
+        + [line + (f" ({smoke})" if smoke else "") for line in offline_verdict(ce_dir)]
         + [
             "",
             f"Base model `{cfg.base_model}`, policy `{cfg.policy}` (error rate {cfg.error_rate}), "
@@ -611,7 +625,10 @@ def final_report(
     for ce in sorted(ce_dir.glob("**/controller_eval.md")):
         title, _, table_text = ce.read_text().partition("\n\n")
         title = title.removeprefix("# Controller decision quality")
-        lines += [f"## Offline decision quality {title}", "", table_text, ""]
+        lines += [f"## Offline decision quality {title}", ""] + (
+            [f"*{smoke[0].upper()}{smoke[1:]}.*", ""] if smoke else []
+        )
+        lines += [table_text, ""]
     lines += ["## Stage wall times", "", "| stage | seconds |", "| --- | ---: |"]
     lines += [f"| {name} | {sec:.0f} |" for name, sec in timings.items()]
     return "\n".join(lines) + "\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eval.pipeline import PipelineConfig, controller_specs, headline
+from eval.pipeline import PipelineConfig, Suite, controller_specs, final_report, headline
 from eval.summary import summarize
 from tests.factories import episode_record
 
@@ -149,3 +149,14 @@ def test_the_oracles_bound_the_headline_and_never_win_it() -> None:
     )
     no_room = summary_of({"rir/oracle-agent": "11", "rir/heuristic": "11", "rir/value:v": "10"})
     assert headline([no_room])[-1].endswith("(0 vs 0 discordant, p = 1).")
+
+
+def test_an_offline_section_on_few_rows_says_it_is_a_smoke_test(tmp_path: Path) -> None:
+    ce = tmp_path / "controller-eval"
+    ce.mkdir()
+    (ce / "controller_eval.md").write_text("# Controller decision quality (validation)\n\n| controller |\n| --- |\n")
+    no_test = [Suite(test_variations="")]
+    few = final_report(PipelineConfig(suites=no_test, controller_eval_rows=8), ce, [], {}, 1.0)
+    enough = final_report(PipelineConfig(suites=no_test, controller_eval_rows=200), ce, [], {}, 1.0)
+    assert "smoke test: 8 held-out rows a dataset" in few and "--controller_eval_rows 200" in few
+    assert "smoke test" not in enough
