@@ -362,3 +362,35 @@ def test_a_given_gguf_file_must_be_the_one_the_packages_ship(tmp_path: Path, mon
     path, facts = _gguf_source(spec, tmp_path, given)
     assert path == given and facts["source_size"] == 15 and facts["packages"] == {"given file": str(given)}
     assert len(facts["source_sha256"]) == 64
+
+
+def test_the_pool_finds_the_longest_shared_prefix_drops_what_a_newer_prompt_covers_and_stays_in_bounds() -> None:
+    from rir_runtime.llm.kv_pool import PrefixPool
+
+    def layers(n: int) -> list:
+        return [(torch.arange(n, dtype=torch.float32).reshape(1, 1, n, 1),) * 2]
+
+    pool = PrefixPool(max_tokens=12)
+    pool.keep([1, 2, 3], layers(3))
+    pool.keep([1, 2, 3, 4, 5], layers(5))  # covers [1, 2, 3]: that one goes
+    assert len(pool) == 1
+    kept, n = pool.longest([1, 2, 3, 9])
+    assert n == 3 and kept is not None and kept[0][0].shape[2] == 3  # cut to the shared length
+    assert pool.longest([7, 8]) == (None, 0)
+    pool.keep([6, 6, 6, 6, 6], layers(5))
+    pool.keep([7, 7, 7, 7], layers(4))  # 14 tokens > 12: the least recently used goes
+    assert pool.longest([1, 2])[1] == 0 and pool.longest([6, 6])[1] == 2 and len(pool) == 2
+    assert PrefixPool(max_tokens=0).longest([1, 2]) == (None, 0)
+
+
+def test_continuations_become_a_token_tree_that_shares_their_first_tokens() -> None:
+    from rir_runtime.llm.pooled import TokenTree
+
+    tree = TokenTree.of([[5, 6, 7], [5, 6, 8], [5, 9], [4]])
+    assert tree.tokens == (5, 6, 7, 8, 9, 4) and tree.parents == (-1, 0, 1, 1, 0, -1)
+    assert tree.depths == (1, 2, 3, 3, 2, 1) and tree.paths == ((0, 1, 2), (0, 1, 3), (0, 4), (5,))
+    assert tree.inner == [0, 1] and tree.sees()[3] == [3, 1, 0]
+    first = torch.zeros(10)
+    first[5], first[4] = -1.0, -2.0
+    after = {0: torch.full((10,), -0.5), 1: torch.full((10,), -0.25)}
+    assert tree.scores(first, after) == [-1.75, -1.75, -1.5, -2.0]

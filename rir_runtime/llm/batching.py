@@ -13,7 +13,7 @@ batched forward locally; concurrent requests to an OpenAI-compatible server, whi
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rir_runtime.llm.base import Backend, Choice, Completion, Prompt
@@ -87,36 +87,33 @@ class BatchingBackend:
     # --- what a group sends: each member's payload was one call's list of requests -------------------
     def _generate(self, lists: list[list[_Asked]], settings: _Settings) -> list[list[Completion]]:
         max_new_tokens, stop, temperature = settings
-        flat = [asked for prompts in lists for asked in prompts]
-        self.batches.append(len(lists))
-        with self._lock:
-            outs = self.backend.generate(
+
+        def run(flat: list[_Asked]) -> list[Completion]:
+            return self.backend.generate(
                 [prompt for prompt, _ in flat],
                 max_new_tokens=max_new_tokens,
                 stop=list(stop) if stop is not None else None,
                 temperature=temperature,
                 hints=[hints for _, hints in flat] if any(hints for _, hints in flat) else None,
             )
-        return _split(outs, [len(prompts) for prompts in lists])
+
+        return self._at_once(lists, run)
 
     def _score_requests(self, payloads: list[list[tuple[Prompt, list[str]]]]) -> list[list[list[float]]]:
-        self.batches.append(len(payloads))
-        with self._lock:
-            outs = self.backend.score_many([r for requests in payloads for r in requests])
-        return _split(outs, [len(requests) for requests in payloads])
+        return self._at_once(payloads, self.backend.score_many)
 
     def _choose_requests(self, payloads: list[list[Choice]]) -> list[list[tuple[int, Completion]]]:
+        return self._at_once(payloads, self.backend.choose_many)
+
+    def _at_once(self, payloads: list[list[Any]], run: Callable[[list[Any]], list[Any]]) -> list[list[Any]]:
+        """The members' requests as one call to the model, its results handed back member by member."""
         self.batches.append(len(payloads))
         with self._lock:
-            outs = self.backend.choose_many([r for requests in payloads for r in requests])
-        return _split(outs, [len(requests) for requests in payloads])
-
-
-def _split(flat: list[Any], sizes: list[int]) -> list[list[Any]]:
-    if len(flat) != sum(sizes):
-        raise RuntimeError(f"the backend returned {len(flat)} results for {sum(sizes)} requests")
-    out, start = [], 0
-    for n in sizes:
-        out.append(flat[start : start + n])
-        start += n
-    return out
+            flat = run([request for requests in payloads for request in requests])
+        if len(flat) != sum(map(len, payloads)):
+            raise RuntimeError(f"the backend returned {len(flat)} results for {sum(map(len, payloads))} requests")
+        out, start = [], 0
+        for requests in payloads:
+            out.append(flat[start : start + len(requests)])
+            start += len(requests)
+        return out

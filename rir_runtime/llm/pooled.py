@@ -253,7 +253,6 @@ def _continuing_cache(first: _Pass, rows: list[_Row], live: list[int], paths: di
     """The live rows' keys (the prompt, then the tree nodes the reply took) gathered out of the first pass's
     cache and left-padded to one length: (the cache, which key positions are real)."""
     import torch
-    from transformers.cache_utils import DynamicCache
 
     spans = []
     for b in live:
@@ -264,16 +263,13 @@ def _continuing_cache(first: _Pass, rows: list[_Row], live: list[int], paths: di
     real = torch.zeros(len(live), width, dtype=torch.bool)
     for k, span in enumerate(spans):
         real[k, width - len(span) :] = True
-    layers = []
-    for layer in first.cache.layers:
-        keys, values = [], []
-        for b, span in zip(live, spans, strict=True):
-            gap = layer.keys.new_zeros(1, layer.keys.shape[1], width - len(span), layer.keys.shape[3])
-            index = torch.tensor(span, device=layer.keys.device)
-            keys.append(torch.cat([gap, layer.keys[b : b + 1].index_select(2, index)], dim=2))
-            values.append(torch.cat([gap, layer.values[b : b + 1].index_select(2, index)], dim=2))
-        layers.append((torch.cat(keys), torch.cat(values)))
-    return DynamicCache(ddp_cache_data=layers), real
+    index = [torch.tensor(span, device=first.first.device) for span in spans]
+
+    def rows_of(layer: Any) -> list[tuple[Any, Any]]:
+        return [(layer.keys[b : b + 1].index_select(2, i), layer.values[b : b + 1].index_select(2, i))
+                for b, i in zip(live, index, strict=True)]  # fmt: skip
+
+    return _left_padded([rows_of(layer) for layer in first.cache.layers], width), real
 
 
 def _pick(logits: Any, temperature: float) -> Any:
@@ -366,7 +362,6 @@ def _picked(row: _Row) -> list[int]:
 
 def _batched_cache(rows: list[_Row], cached: int, model: Any) -> Any:
     """The rows' pooled prefixes as one cache, each left-padded with zeros to `cached` tokens."""
-    import torch
     from transformers.cache_utils import DynamicCache
 
     if cached == 0:
@@ -374,20 +369,23 @@ def _batched_cache(rows: list[_Row], cached: int, model: Any) -> Any:
     if len(rows) == 1 and rows[0].kept is not None:  # one row: its kept views as they are (never written to)
         return DynamicCache(ddp_cache_data=rows[0].kept)
     sample = next(r.kept for r in rows if r.kept)
-    layers = []
-    for i, (k0, _) in enumerate(sample):
-        keys, values = [], []
-        for row in rows:
-            if row.kept is None:
-                keys.append(k0.new_zeros(1, k0.shape[1], cached, k0.shape[3]))
-                values.append(keys[-1])
-                continue
-            k, v = row.kept[i]
-            gap = k0.new_zeros(1, k.shape[1], cached - row.n, k.shape[3])
-            keys.append(torch.cat([gap, k], dim=2))
-            values.append(torch.cat([gap, v], dim=2))
-        layers.append((torch.cat(keys), torch.cat(values)))
-    return DynamicCache(ddp_cache_data=layers)
+    empty = [(k[:, :, :0], v[:, :, :0]) for k, v in sample]  # a row with nothing pooled: all padding
+    per_layer = [[(row.kept or empty)[i] for row in rows] for i in range(len(sample))]
+    return _left_padded(per_layer, cached)
+
+
+def _left_padded(layers: list[list[tuple[Any, Any]]], width: int) -> Any:
+    """A cache from each layer's per-row (keys, values) of up to `width` tokens, each row left-padded with
+    zeros to `width` (the mask hides the padding)."""
+    import torch
+    from transformers.cache_utils import DynamicCache
+
+    def pad(t: Any) -> Any:
+        return torch.cat([t.new_zeros(1, t.shape[1], width - t.shape[2], t.shape[3]), t], dim=2)
+
+    return DynamicCache(
+        ddp_cache_data=[(torch.cat([pad(k) for k, _ in rows]), torch.cat([pad(v) for _, v in rows])) for rows in layers]
+    )
 
 
 def _model_mask(allow: Any, model: Any) -> Any:
