@@ -1,8 +1,16 @@
-"""Hand-built episode records for tests of the readers (summary, pairing, replay)."""
+"""Hand-built episode records for tests of the readers (summary, pairing, replay), and a stand-in
+OpenAI-compatible chat server."""
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import pytest
 
 from rir_runtime.memory import MemorySnapshot
 from rir_runtime.trace import EpisodeRecord, Event
@@ -19,3 +27,48 @@ def episode_record(*events: Event, **fields: Any) -> EpisodeRecord:
     )  # fmt: skip
     values.update(fields)
     return EpisodeRecord(**values)
+
+
+class ChatHandler(BaseHTTPRequestHandler):
+    """Answers every chat.completions request with `content` and fixed usage; `received` sees each body
+    first (a subclass records or delays there)."""
+
+    content = "Action: go north"
+    usage = {"prompt_tokens": 17, "completion_tokens": 5, "total_tokens": 22}
+
+    def received(self, body: dict[str, Any]) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.received(body)
+        choice = {"index": 0, "message": {"role": "assistant", "content": self.content}, "finish_reason": "stop"}
+        reply = {
+            "id": "x",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [choice],
+            "usage": self.usage,
+        }
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def chat_server(handler: type[ChatHandler], monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A local server of `handler` for the block; yields its address (an API key set, no proxy)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()

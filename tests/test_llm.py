@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from rir_runtime.llm import (
     resolve_model,
     truncate_at_stop,
 )
+from tests.factories import ChatHandler, chat_server
 
 TINY = "tiny-random-llama"
 PROMPTS = [
@@ -250,43 +249,17 @@ def test_a_structured_reflection_reuses_its_prompt_cache_and_writes_the_same_rep
     assert other == plain.generate([PROMPTS[0]], max_new_tokens=8)[0]
 
 
-class _Canned(BaseHTTPRequestHandler):
+class _Canned(ChatHandler):
+    content = "Action: go north\nThought"
     seen: list[dict] = []
 
-    def do_POST(self) -> None:  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    def received(self, body: dict) -> None:
         _Canned.seen.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
-        reply = {
-            "id": "x",
-            "object": "chat.completion",
-            "model": body["model"],
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": "Action: go north\nThought"},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 17, "completion_tokens": 5, "total_tokens": 22},
-        }
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 def test_openai_backend_against_local_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    server = HTTPServer(("127.0.0.1", 0), _Canned)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        backend = make_backend(f"openai:my/model@http://127.0.0.1:{server.server_port}")
+    with chat_server(_Canned, monkeypatch) as url:
+        backend = make_backend(f"openai:my/model@{url}")
         assert isinstance(backend, OpenAIBackend) and backend.base_url.endswith("/v1")
         out = backend.generate(PROMPTS[:2] * 2, max_new_tokens=8, stop=["\n"])
         assert out == [Completion("Action: go north", 17, 5)] * 4
@@ -298,8 +271,6 @@ def test_openai_backend_against_local_server(monkeypatch: pytest.MonkeyPatch) ->
             backend.score(PROMPTS[0], ["a"])
         with pytest.raises(UserInputError, match="cannot constrain decoding.*generate mode"):
             backend.choose(PROMPTS[0], ["a"])
-    finally:
-        server.shutdown()
 
 
 def _offline(monkeypatch: pytest.MonkeyPatch) -> None:

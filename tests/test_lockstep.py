@@ -3,10 +3,8 @@ continuations run on engines of their own, and what they find is what one branch
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -25,6 +23,7 @@ from rir_runtime.memory import ReflectionMemory
 from rir_runtime.policies import LLMPolicy, NoisyExpertPolicy
 from rir_runtime.recovery import PRESETS
 from rir_runtime.values import AgentProbe, Continuation, Played, Start, looping, play_together
+from tests.factories import ChatHandler, chat_server
 
 TASKS = [TaskSpec("builtin", task, "dev", v) for task in ("workshop-3", "workshop-4") for v in range(8)]
 
@@ -209,49 +208,30 @@ def test_an_agent_probe_values_every_option_once_however_wide() -> None:
     assert values[1] == values[3]
 
 
-class _Slow(BaseHTTPRequestHandler):
-    """An OpenAI-compatible server that takes 0.1 s a request and counts the requests in flight at once."""
+class _Slow(ChatHandler):
+    """Takes 0.1 s a request and counts the requests in flight at once."""
 
+    content = "Action: look around"
     lock, in_flight, most, requests = threading.Lock(), 0, 0, 0
 
-    def do_POST(self) -> None:  # noqa: N802
+    def received(self, body: dict) -> None:
         cls = type(self)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         with cls.lock:
             cls.in_flight += 1
             cls.most, cls.requests = max(cls.most, cls.in_flight), cls.requests + 1
         time.sleep(0.1)
         with cls.lock:
             cls.in_flight -= 1
-        message = {"role": "assistant", "content": "Action: look around"}
-        reply = {"id": "x", "object": "chat.completion", "model": body["model"],
-                 "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                 "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}}  # fmt: skip
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 def test_a_server_sees_the_live_branches_calls_as_concurrent_requests(monkeypatch: pytest.MonkeyPatch) -> None:
     """What a vLLM server batches: at each step, one request per live branch, sent together."""
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        backend = BatchingBackend(make_backend(f"openai:m@http://127.0.0.1:{server.server_port}"))
+    with chat_server(_Slow, monkeypatch) as url:
+        backend = BatchingBackend(make_backend(f"openai:m@{url}"))
         env, task = WorkshopEnv(), TASKS[0]
         runs = [Continuation(s, 0, 3) for s in _starts(env, task)[:2]] * 2  # four branches
         policy = LLMPolicy(backend, "generate")
         play_together(env, policy.fork, task.key, "", runs, Guidance(), width=4, loop_repeats=0)
-    finally:
-        server.shutdown()
     assert _Slow.requests == 4 * 3
     assert _Slow.most == 4, f"the branches' calls reached the server {_Slow.most} at a time, not 4"
     assert backend.batches == [4, 4, 4]
