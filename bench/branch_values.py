@@ -21,8 +21,9 @@ which generates where a state has more than 40 actions) once per setting:
 The figures come from the episode records: a review is one When decision of the oracle (each values
 continuing and, unless it always wins, the restores its Where needs), and the oracle's seconds are its
 controller seconds, all of them valuation. Per setting: reviews, seconds per review, agent calls and
-prompt tokens per review, the share of prompt tokens taken from the pool, the batch sizes, and how many
-episodes made every review, restore point and restore as under `before`.
+prompt tokens per review (continuations included; the episodes' own steps too, a small share), the agent's
+prompt tokens read per second of valuation, the share of them taken from the pool, the batch sizes, and
+how many episodes made every review, restore point and restore as under `before`.
 """
 
 from __future__ import annotations
@@ -78,14 +79,27 @@ def read_run(row: Row, out: Path) -> Row:
 
 
 # The editable install's import hook would find this checkout's packages first: drop it, then put the
-# worktree's on the path.
-OLD_CODE = """import sys
+# worktree's on the path; its agent's calls and prompt tokens are counted as `run_here` counts them.
+OLD_CODE = """import json, sys
 sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]
 sys.path.insert(0, sys.argv[1])
 import rir_runtime
 assert rir_runtime.__file__.startswith(sys.argv[1]), rir_runtime.__file__
+from rir_runtime.llm.backends import TransformersBackend as B
+counts = {'calls': 0, 'tokens': 0}
+def counted(method, prompts_of):
+    def call(self, *args, **kwargs):
+        prompts = prompts_of(*args)
+        counts['calls'] += len(prompts)
+        counts['tokens'] += sum(len(self._encode(p)) for p in prompts)
+        return method(self, *args, **kwargs)
+    return call
+B.generate = counted(B.generate, lambda prompts: list(prompts))
+B.score = counted(B.score, lambda prompt, continuations: [prompt])
 from rir_runtime.cli import main
-sys.exit(main(sys.argv[2:]))
+code = main(sys.argv[3:])
+open(sys.argv[2], 'w').write(json.dumps(counts))
+sys.exit(code)
 """
 
 
@@ -94,10 +108,11 @@ def run_before(args: argparse.Namespace, tmp: Path) -> Row:
     tree = tmp / "before"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), args.before], check=True)
     try:
-        out = tmp / "before-run"
-        argv = [sys.executable, "-c", OLD_CODE, str(tree), *eval_args(args, out)]
+        out, counts = tmp / "before-run", tmp / "before-counts.json"
+        argv = [sys.executable, "-c", OLD_CODE, str(tree), str(counts), *eval_args(args, out)]
         subprocess.run(argv, cwd=ROOT, env=dict(os.environ), check=True)
-        return read_run(Row("before"), out)
+        counted = json.loads(counts.read_text())
+        return read_run(Row("before", calls=counted["calls"], tokens=counted["tokens"]), out)
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
 
@@ -175,16 +190,17 @@ def main() -> None:
     print(f"\n{args.env} {args.tasks} {args.split} {args.variations}, {args.policy}, rir/oracle-agent, "
           f"B_agent {args.budget_agent}, B_rb {args.budget_rollback}")  # fmt: skip
     print("| setting | episodes (won) | reviews | s / review | agent calls / review | prompt tokens / review "
-          f"| pooled | batch (mean, max) | episodes deciding as {reference.setting} |")  # fmt: skip
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          f"| tokens / s | pooled | batch (mean, max) | episodes deciding as {reference.setting} |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         per = max(r.reviews, 1)
         calls = f"{r.calls / per:.1f}" if r.calls is not None else "-"
         tokens = f"{r.tokens / per:.0f}" if r.tokens is not None else "-"
+        rate = f"{r.tokens / r.seconds:.0f}" if r.tokens is not None and r.seconds else "-"
         pooled = f"{r.pooled:.0%}" if r.pooled is not None else "-"
         batch = f"{statistics.mean(r.batches):.1f}, {max(r.batches)}" if r.batches else "-"
         print(f"| {r.setting} | {r.episodes} ({r.successes}) | {r.reviews} | {r.seconds / per:.1f} | {calls} "
-              f"| {tokens} | {pooled} | {batch} | {same_decisions(r, reference)} |")  # fmt: skip
+              f"| {tokens} | {rate} | {pooled} | {batch} | {same_decisions(r, reference)} |")  # fmt: skip
 
 
 if __name__ == "__main__":
