@@ -436,7 +436,7 @@ def test_rir_train_grpo_parses_with_the_grpo_parser(tmp_path: Path, monkeypatch:
 def test_grpo_warns_once_when_no_group_has_reward_variance(capsys: pytest.CaptureFixture[str]) -> None:
     from types import SimpleNamespace
 
-    from train.grpo import NoSignalWarning
+    from train.grpo_common import NoSignalWarning
 
     args = SimpleNamespace(temperature=0.5, num_generations=4)
     main, other = SimpleNamespace(is_world_process_zero=True), SimpleNamespace(is_world_process_zero=False)

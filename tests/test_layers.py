@@ -1,6 +1,7 @@
 """The layers of docs/architecture.md, checked on every module's imports (those inside functions and
 under TYPE_CHECKING too): a module imports only its own layer and the layers below it, train and eval
-never import each other, and the `rir` entry point names the command modules without importing them."""
+never import each other, no two modules import each other through any chain (an import circle), and the
+`rir` entry point names the command modules without importing them."""
 
 from __future__ import annotations
 
@@ -45,6 +46,62 @@ def imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
     return {name for name in names if name.split(".")[0] in PACKAGES}
+
+
+def module_edges(path: Path) -> set[str]:
+    """The project modules a file imports by name: `from train import grpo` is an arrow to `train.grpo`,
+    `from train.grpo import main` one to `train.grpo` (a package's __init__ is not counted as imported)."""
+    known, edges = modules(), set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            edges |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            named = {f"{node.module}.{alias.name}" for alias in node.names} & set(known)
+            edges |= named or {node.module}
+    return {e for e in edges if e in known}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_circles_finds_a_chain_back_to_its_start() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_between_modules() -> None:
+    graph = {module: module_edges(path) - {module} for module, path in modules().items()}
+    assert circles(graph) == [], "modules that import each other (move what both need to a module below them)"
 
 
 @pytest.mark.parametrize("module", sorted(modules()))

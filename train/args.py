@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rir_runtime.errors import UserInputError, exit_code
-from rir_runtime.llm.value import VALUE_HEADS
+from rir_runtime.llm.card import VALUE_HEADS
 from train.calibrate import MIN_ROWS_PER_LABEL
 
 DECISION_TYPES = ("review", "locate", "reflect")

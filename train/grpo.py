@@ -32,11 +32,10 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from transformers import TrainerCallback
-
 from data_gen.scoring.rewards import DEFAULT_LATENESS, locate_reward, review_reward
 from rir_runtime.errors import UserInputError
 from train.args import TrainScriptArguments
+from train.grpo_common import NoSignalWarning, online_logs, reward_settings
 from train.grpo_data import GRPO_TYPES
 
 
@@ -171,37 +170,6 @@ def main(script_args: GRPOScriptArguments, training_args, model_args):
     return train_and_save(trainer, card, script_args, training_args, model_args)
 
 
-class NoSignalWarning(TrainerCallback):
-    """Warns once when GRPO has nothing to learn from: in `patience` logged steps in a row, every
-    group of sampled answers got one reward (TRL's `frac_reward_zero_std` = 1), so every advantage,
-    and the gradient, is 0. It happens when the starting adapter answers one way at the sampling
-    temperature (a review adapter that always says "continue")."""
-
-    def __init__(self, patience: int = 3) -> None:
-        self.patience = patience
-        self.flat_steps = 0
-        self.warned = False
-
-    def message(self, temperature: float, generations: int) -> str:
-        return (
-            f"GRPO is not learning: in the last {self.flat_steps} logged steps every group of "
-            f"{generations} answers sampled at temperature {temperature} got the same reward "
-            "(frac_reward_zero_std = 1), so every advantage is 0. The starting adapter answers one way; "
-            "raise --temperature or --num_generations, or start from an adapter whose sampled answers "
-            "vary (`rir eval-controller` scores its decisions and their rewards)"
-        )
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        flat = (logs or {}).get("frac_reward_zero_std")
-        if flat is None:
-            return
-        self.flat_steps = self.flat_steps + 1 if float(flat) >= 1.0 else 0
-        if self.flat_steps >= self.patience and not self.warned:
-            self.warned = True
-            if state.is_world_process_zero:  # every process logs the same gathered metrics
-                print(f"warning: {self.message(args.temperature, args.num_generations)}", flush=True)
-
-
 def reward_functions(script_args: GRPOScriptArguments) -> list[Any]:
     """Module-level functions (a partial unwraps to its function's name in TRL's logs), so they pickle;
     online, one `OnlineReward` that plays every decision out."""
@@ -218,25 +186,6 @@ def reward_functions(script_args: GRPOScriptArguments) -> list[Any]:
             )
         ]
     return [review_reward, functools.partial(locate_reward, lateness=script_args.lateness_penalty)]
-
-
-def online_logs(rewards: list[Any]) -> list[Any]:
-    """The callback that logs an online reward's restores and seconds (none for table rewards)."""
-    from train.online_rewards import OnlineReward, OnlineRewardLog
-
-    return [OnlineRewardLog(r) for r in rewards if isinstance(r, OnlineReward)]
-
-
-def reward_settings(script_args: GRPOScriptArguments) -> dict[str, Any]:
-    """What the card says of the rewards the adapter was trained on."""
-    if script_args.reward == "online":
-        return {
-            "reward": "online",
-            "rollback_cost": script_args.rollback_cost,
-            "call_cost": script_args.call_cost,
-            "draws": script_args.reward_draws,
-        }
-    return {"reward": "table", "locate_lateness_penalty": script_args.lateness_penalty}
 
 
 def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):

@@ -41,7 +41,7 @@ from typing import Any
 from data_gen.build_record import read_build_record
 from data_gen.scoring.answers import share_by_source
 from rir_runtime.errors import UserInputError
-from rir_runtime.llm.value import LM
+from rir_runtime.llm.card import LM
 from rir_runtime.prompts import prompt_format_version
 from train.args import TrainScriptArguments
 

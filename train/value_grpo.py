@@ -328,8 +328,7 @@ def trainable_value_model(value_adapter: str, model_args: Any, training_args: An
     card's head says; its tokenizer; its card)."""
     from peft import PeftModel
 
-    from rir_runtime.llm.card import base_model_location, read_card
-    from rir_runtime.llm.value import LM, value_head
+    from rir_runtime.llm.card import LM, base_model_location, read_card, value_head
     from train.models import load_base_model
     from train.value import scalar_head_model, value_tokenizer
 
@@ -349,9 +348,9 @@ def trainable_value_model(value_adapter: str, model_args: Any, training_args: An
 
 def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tuple[Any, dict[str, Any]]:
     """(OptionGRPOTrainer on the value adapter, the adapter card's fields)."""
-    from rir_runtime.llm.value import LM, value_head
+    from rir_runtime.llm.card import LM, value_head
     from train.distributed import check_launch, main_process_first
-    from train.grpo import NoSignalWarning, reward_settings
+    from train.grpo_common import NoSignalWarning, reward_settings
     from train.step_phases import OPTION_TIMED, StepPhases
     from train.value import VALUE_DECISIONS, label_values
 

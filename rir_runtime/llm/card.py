@@ -36,6 +36,17 @@ KIND_USE = {
     "value": "a value controller: --controller value:{dir}",
 }
 
+SCALAR, LM = "scalar", "lm"  # the value heads (the card's `value_head`; cards before it: scalar)
+VALUE_HEADS = (SCALAR, LM)
+
+
+def value_head(card: dict[str, Any]) -> str:
+    """The card's value head, checked (an unknown one is a card from a newer rir, or a hand edit)."""
+    head = str(card.get("value_head", SCALAR))
+    if head not in VALUE_HEADS:
+        raise UserInputError(f"value adapter card names value_head {head!r}; this rir serves {', '.join(VALUE_HEADS)}")
+    return head
+
 
 def read_card(adapter_dir: str | Path, expect: str = "controller") -> dict[str, Any]:
     """The adapter's `rir_controller.json`, validated: an adapter of the `expect`ed kind (controller or

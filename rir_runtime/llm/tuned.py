@@ -17,10 +17,9 @@ from typing import Any
 
 from rir_runtime.errors import ModelLoadError
 from rir_runtime.llm.backends import TransformersBackend
-from rir_runtime.llm.card import base_model_location, read_card
+from rir_runtime.llm.card import SCALAR, base_model_location, read_card, value_head
 from rir_runtime.llm.device import default_device, set_num_threads, torch_dtype
 from rir_runtime.llm.kv_pool import DEFAULT_POOL_TOKENS
-from rir_runtime.llm.value import SCALAR, value_head
 
 
 def load_tuned_model(

@@ -23,20 +23,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rir_runtime.errors import UserInputError
+from rir_runtime.llm.card import LM, value_head
 from rir_runtime.llm.device import default_device, set_num_threads
 
 OPTION_BATCH = 16  # options scored per batched pass over the shared prompt's cache
-SCALAR, LM = "scalar", "lm"  # the value heads (the card's `value_head`; cards before it: scalar)
-VALUE_HEADS = (SCALAR, LM)
-
-
-def value_head(card: dict[str, Any]) -> str:
-    """The card's value head, checked (an unknown one is a card from a newer rir, or a hand edit)."""
-    head = str(card.get("value_head", SCALAR))
-    if head not in VALUE_HEADS:
-        raise UserInputError(f"value adapter card names value_head {head!r}; this rir serves {', '.join(VALUE_HEADS)}")
-    return head
 
 
 def encode(tokenizer: Any, prompt: str, option: str) -> tuple[list[int], list[int]]:
