@@ -39,16 +39,15 @@ from data_gen.scoring.metrics import (
 from data_gen.scoring.rewards import decision_reward, review_weights
 from eval.when_features import feature_reference
 from rir_runtime.controllers import (
-    HINDSIGHT_CONTROLLERS,
     Controller,
-    gated_spec,
+    ControllerSpec,
+    check_controller_name,
     latest_admissible_in,
     make_controller,
 )
 from rir_runtime.decisions import Decision, DecisionKind, parse
 from rir_runtime.errors import ParseError, UserInputError
 from rir_runtime.llm.shared import shared_backend
-from rir_runtime.orchestration.jobs import check_controller_name
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.values import complete_values
 
@@ -75,8 +74,7 @@ class ControllerEvalConfig:
 
     def __post_init__(self) -> None:
         for spec in self.controller:
-            check_controller_name(spec)
-            if spec.partition(":")[0] in HINDSIGHT_CONTROLLERS:
+            if check_controller_name(spec).uses_hindsight:
                 raise ValueError(
                     f"{spec} needs hindsight of a running episode (the oracle produced these labels); score "
                     "heuristic, prompted:<m> or tuned:<adapter>"
@@ -233,19 +231,6 @@ VERSIONS = (
 _WARNED: set[str] = set()
 
 
-def tuned_adapters(spec: str) -> list[str]:
-    """The adapter folders a controller name serves: `tuned:<dir>`, gated or residual, or as one
-    module of a `when=;where=;what=` swap."""
-    adapters = []
-    for part in spec.split(";"):
-        name = part.split("=", 1)[-1]
-        gated = gated_spec(name)
-        kind, _, arg = (gated[1] if gated else name).partition(":")
-        if kind == "tuned" and arg:
-            adapters.append(arg)
-    return adapters
-
-
 def built_versions(data: Path) -> dict[str, Any]:
     """The label and prompt format versions the data's `build.json` records (absent: built before they were)."""
     build = read_build_record(data, or_parent=False)
@@ -258,7 +243,7 @@ def check_versions(data: Path, specs: list[str]) -> None:
     before the versions were recorded are scored, with one warning."""
     from rir_runtime.llm.card import read_card
 
-    adapters = list(dict.fromkeys(a for spec in specs for a in tuned_adapters(spec)))
+    adapters = list(dict.fromkeys(a for spec in specs for a in ControllerSpec.parse(spec).arguments_of("tuned")))
     built = built_versions(data)
     unknown = [f"{data}/{BUILD_RECORD}"] if adapters and None in built.values() else []
     for adapter in adapters:

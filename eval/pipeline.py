@@ -14,7 +14,6 @@ downstream of it, after a line that says what changed.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -26,7 +25,7 @@ from data_gen.hindsight import REVIEW_TIES
 from eval.controller_eval import CONTROLLER_EVAL
 from eval.paired import PairedComparison, combine, find_comparison
 from eval.summary import ROOM_BASE, ROOM_BOUND, SUMMARY
-from rir_runtime.controllers import HINDSIGHT_CONTROLLERS
+from rir_runtime.controllers import ControllerSpec
 from rir_runtime.errors import UserInputError
 from rir_runtime.orchestration.launch import LAUNCHERS, last_complete_checkpoint, run_training, train_command
 from rir_runtime.orchestration.stages import Stages, yaml_settings
@@ -373,9 +372,10 @@ def offline_controllers(specs: list[str], adapters: list[Path]) -> list[str]:
     (the quickstart runs only the value controller online), since a trained adapter goes unmeasured
     otherwise."""
     tuned = [f"tuned:{a}" for a in adapters]
-    online = [s for s in specs if s not in HINDSIGHT_CONTROLLERS]
-    controllers = [c for s in online for c in (tuned if s.startswith("tuned:") else [s])]
-    return controllers if any("tuned:" in s for s in online) else controllers + tuned
+    online = [ControllerSpec.parse(s) for s in specs]
+    online = [s for s in online if not s.uses_hindsight]
+    controllers = [c for s in online for c in (tuned if s.kind == "tuned" else [str(s)])]
+    return controllers if any(s.arguments_of("tuned") for s in online) else controllers + tuned
 
 
 def eval_stage(stages: Stages, cfg: PipelineConfig, suite: Suite, trained: list[Path], specs: list[str]) -> Path:
@@ -447,7 +447,8 @@ def headline(evals: list[dict[str, Any]]) -> list[str]:
 def uses_hindsight(spec: str) -> bool:
     """Whether a controller, whole or composed, decides from hindsight (`oracle`, `oracle-agent`): an upper
     bound that knows the episode's future, never a contender for the headline."""
-    return any(part.rpartition("=")[2] in HINDSIGHT_CONTROLLERS for part in re.split(r"[;,]", spec))
+    parsed = ControllerSpec.try_parse(spec)
+    return parsed is not None and parsed.uses_hindsight
 
 
 def room_line(ranked: list[str], pooled: dict[str, tuple[float, int, float]], evals: list[dict[str, Any]]) -> list[str]:
@@ -500,7 +501,14 @@ def best_controller_line(
 
 def uses_trained_model(spec: str) -> bool:
     """Whether a controller spec, whole or composed (`when=heuristic;where=value:<dir>;...`), serves an adapter."""
-    return "tuned:" in spec or "value:" in spec
+    parsed = ControllerSpec.try_parse(spec)
+    return parsed is not None and parsed.uses_trained_model
+
+
+def prompts_the_base_model(spec: str) -> bool:
+    """Whether a controller spec prompts a model with no adapter of ours (the trained one's reference)."""
+    parsed = ControllerSpec.try_parse(spec)
+    return parsed is not None and bool(parsed.arguments_of("prompted")) and not parsed.uses_trained_model
 
 
 def trained_controller_lines(
@@ -509,7 +517,7 @@ def trained_controller_lines(
     """Each trained controller (a form that serves a `tuned:` or `value:` adapter) against the rule and the
     prompted base (a form that serves only the base model), paired: what a user of the pipeline asks
     first, stated even where the trained controller is not the best."""
-    references = [c for c in ranked if c == "heuristic" or ("prompted:" in c and not uses_trained_model(c))]
+    references = [c for c in ranked if c == "heuristic" or prompts_the_base_model(c)]
     lines = []
     for trained in (c for c in ranked if uses_trained_model(c)):
         tests = [(ref, t) for ref in references if (t := paired_pool(evals, trained, ref))]
@@ -537,11 +545,17 @@ def offline_verdict(ce_dir: Path) -> list[str]:
     return [line for d in folders for line in _verdict(d, f" ({d.name} rows)" if d != ce_dir else "")]
 
 
+def kind_of(controller: str) -> str:
+    """The kind of a single-kind controller name ("" for a module swap or a name this rir does not know)."""
+    parsed = ControllerSpec.try_parse(controller)
+    return parsed.kind if parsed is not None else ""
+
+
 def _verdict(ce_dir: Path, rows: str) -> list[str]:
     """The last adapter scored (DPO's, after SFT's) against the prompted base, whichever of them ran online."""
     results = _load(ce_dir / CONTROLLER_EVAL).get("results", [])
-    tuned = next((r for r in reversed(results) if r["controller"].startswith("tuned:")), None)
-    base = next((r for r in results if r["controller"].startswith("prompted:")), None)
+    tuned = next((r for r in reversed(results) if kind_of(r["controller"]) == "tuned"), None)
+    base = next((r for r in results if kind_of(r["controller"]) == "prompted"), None)
     if not tuned or not base:
         return []
     better: list[str] = []

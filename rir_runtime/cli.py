@@ -159,12 +159,12 @@ def add_stage(
 
 def known_names() -> dict[str, list[str]]:
     """The names free-form fields know (methods, controllers, models), listed in their --help."""
-    from rir_runtime.controllers import CONTROLLER_KINDS
+    from rir_runtime.controllers.spec import spellings as controller_spellings
     from rir_runtime.llm.registry import MODELS
     from rir_runtime.policy_spec import spellings
     from rir_runtime.recovery import PRESETS
 
-    methods, controllers = list(PRESETS), list(CONTROLLER_KINDS)
+    methods, controllers = list(PRESETS), controller_spellings()
     models = [*MODELS, "<folder>", "<hub id>"]
     return {
         "methods": methods,

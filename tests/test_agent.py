@@ -132,8 +132,8 @@ def test_tiny_agent_adapter_trains_loads_as_policy_and_acts(agent_adapter: Path)
 
 
 def test_agent_and_controller_adapters_are_not_interchangeable(agent_adapter: Path) -> None:
+    from rir_runtime.controllers import check_controller_name
     from rir_runtime.llm.card import read_card
-    from rir_runtime.orchestration.jobs import check_controller_name
 
     with pytest.raises(UserInputError, match="is an agent adapter, not a controller adapter.*--policy llm:"):
         check_controller_name(f"tuned:{agent_adapter}")

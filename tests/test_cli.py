@@ -9,7 +9,7 @@ import pytest
 from eval.harness import EvalConfig
 from rir_runtime.cli import build_parser, main, stage_config
 from rir_runtime.commands import env as env_report
-from rir_runtime.controllers import CONTROLLER_KINDS
+from rir_runtime.controllers.spec import spellings as controller_spellings
 from rir_runtime.llm.registry import MODELS
 from rir_runtime.policies import MODES
 from rir_runtime.recovery import PRESETS
@@ -58,7 +58,7 @@ def test_help_shows_allowed_values_and_names(monkeypatch, capsys) -> None:
     assert "--max_steps, --max-steps MAX_STEPS" in text
     assert "choices: " + ", ".join(MODES) in text
     assert "names: " + ", ".join(PRESETS) in text
-    assert "names: " + ", ".join(CONTROLLER_KINDS) in text
+    assert "names: " + ", ".join(controller_spellings()) in text
     assert "--out, --output_dir, --output-dir OUT" in text
 
 

@@ -47,10 +47,10 @@ def plain_adapter(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_plain_peft_adapter_loads_as_policy_and_controller(plain_adapter: Path) -> None:
+    from rir_runtime.controllers import check_controller_name
     from rir_runtime.llm.card import CARD
     from rir_runtime.llm.factory import make_backend
     from rir_runtime.llm.tuned import TunedBackend
-    from rir_runtime.orchestration.jobs import check_controller_name
 
     recorded = json.loads((plain_adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
     assert not (plain_adapter / CARD).exists() and Path(recorded).name == "tiny-random-llama"

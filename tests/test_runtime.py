@@ -15,6 +15,7 @@ from rir_runtime.controllers import (
     OracleController,
     PromptedController,
     SignalGatedController,
+    check_controller_name,
     make_controller,
     reflection_for,
 )
@@ -25,7 +26,7 @@ from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UnknownNameError
 from rir_runtime.loop import EpisodeRunner
 from rir_runtime.memory import MemorySnapshot, ReflectionMemory, is_state_claim
-from rir_runtime.orchestration.jobs import SelectionConfig, check_controller_name, expand_jobs, run_jobs
+from rir_runtime.orchestration.jobs import SelectionConfig, expand_jobs, run_jobs
 from rir_runtime.policies import NoisyExpertPolicy
 from rir_runtime.prompts import DecisionContext, fit_decision
 from rir_runtime.recovery import PRESETS, ReviewSchedule, segments

@@ -14,12 +14,12 @@ Every controller answers the same four calls with a `Decision` whose value has t
   scheduled reviews ask the model only when a failure signal is visible (`gated:`), or only when
   none is and the heuristic's rule decides the rest (`residual:`), so fewer reviews cost agent calls.
 The `tuned` controller (a base model plus LoRA adapter) is a `PromptedController` over the
-adapter's backend; `make_controller` resolves the names.
+adapter's backend. `ControllerSpec` (spec.py) parses a controller's name; `make_controller` builds it.
 """
 
 from rir_runtime.controllers.base import Controller
-from rir_runtime.controllers.composite import GATES, CompositeController, SignalGatedController, gated_spec
-from rir_runtime.controllers.factory import CONTROLLER_KINDS, HINDSIGHT_CONTROLLERS, make_controller
+from rir_runtime.controllers.composite import CompositeController, SignalGatedController
+from rir_runtime.controllers.factory import make_controller
 from rir_runtime.controllers.heuristic import ExploringController, HeuristicController
 from rir_runtime.controllers.oracle import AgentOracleController, OracleController
 from rir_runtime.controllers.prompted import (
@@ -39,16 +39,17 @@ from rir_runtime.controllers.rules import (
     segments_containing,
     suspect_step,
 )
+from rir_runtime.controllers.spec import GATES, ControllerKind, ControllerSpec, check_controller_name, register_kind
 
 __all__ = [
-    "CONTROLLER_KINDS",
     "DEFAULT_PROMPT_TOKENS",
     "GATES",
-    "HINDSIGHT_CONTROLLERS",
     "PASSIVE_VERBS",
     "AgentOracleController",
     "CompositeController",
     "Controller",
+    "ControllerKind",
+    "ControllerSpec",
     "ExploringController",
     "FailureSignal",
     "HeuristicController",
@@ -57,12 +58,13 @@ __all__ = [
     "SignalGatedController",
     "candidates",
     "card_prompt_tokens",
+    "check_controller_name",
     "default_value",
     "failure_signal",
-    "gated_spec",
     "latest_admissible_in",
     "make_controller",
     "reflection_for",
+    "register_kind",
     "rule_review",
     "segments_containing",
     "suspect_step",

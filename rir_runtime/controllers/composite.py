@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rir_runtime.controllers.base import Controller
 from rir_runtime.controllers.rules import failure_signal, rule_review
+from rir_runtime.controllers.spec import GATES
 from rir_runtime.decisions import Decision, Review
 from rir_runtime.errors import UnknownNameError
 from rir_runtime.prompts import DecisionContext
@@ -59,14 +60,3 @@ class SignalGatedController(CompositeController):
             reason = f"{rule.reason} (the rule decided; the model was not asked)"
             return Decision("review", Review(rule.decision, reason))
         return self.when.review(ctx)
-
-
-# The review gates a model-backed controller can be wrapped in (see SignalGatedController).
-GATES = ("gated", "residual")
-
-
-def gated_spec(spec: str) -> tuple[str, str] | None:
-    """The gate and the model-backed controller a `gated:<spec>` or `residual:<spec>` name wraps, or
-    None when `spec` is not one (a rule-based controller has no model calls for a gate to save)."""
-    kind, _, inner = spec.partition(":")
-    return (kind, inner) if kind in GATES and inner.startswith(("prompted:", "tuned:")) else None

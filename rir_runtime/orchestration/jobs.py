@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rir_runtime.budgets import AgentBudget
+from rir_runtime.controllers.spec import check_controller_name
 from rir_runtime.envs import ENV_CLASSES, Env, TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.errors import UnknownNameError, UserInputError
 from rir_runtime.llm.shared import forget_prefixes, shared_backend
@@ -266,36 +267,6 @@ def job_key(job: EpisodeJob) -> str:
     """`<method>` for methods that never recover (react), else `<method>/<controller>`: the keys of
     summary.json, which `only` selects by."""
     return job.method if not PRESETS[job.method].recovers else f"{job.method}/{job.controller}"
-
-
-def check_controller_name(spec: str) -> None:
-    """Reject an unknown controller name before any episode runs (lists the valid ones)."""
-    from rir_runtime.controllers import CONTROLLER_KINDS, gated_spec
-
-    for part in spec.split(";"):
-        name = part.split("=", 1)[-1]
-        gated = gated_spec(name)
-        name = gated[1] if gated else name  # a gate wraps a model-backed controller: check that one
-        kind, _, arg = name.partition(":")
-        if kind == "tuned" and arg:
-            from rir_runtime.llm.card import read_card
-
-            read_card(arg)  # a wrong or stale adapter fails before any episode runs
-            continue
-        if kind == "value" and arg:
-            from rir_runtime.llm.card import read_card
-
-            read_card(arg, expect="value")
-            continue
-        if kind == "prompted" and arg:
-            continue
-        if kind == "oracle-agent" and arg:
-            from rir_runtime.controllers.factory import hindsight_draws
-
-            hindsight_draws(arg)
-            continue
-        if kind not in ("heuristic", "oracle", "oracle-agent", "random-review", "random-restore") or arg:
-            raise UnknownNameError("controller", spec, list(CONTROLLER_KINDS))
 
 
 # --- running one job (inside a worker) --------------------------------------------------------------
