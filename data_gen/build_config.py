@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from data_gen.agent_values import AgentValue
 from data_gen.hindsight import REVIEW_TIES
 from rir_runtime.orchestration.executors import EXECUTORS, check_executor
 from rir_runtime.values import AUTO_WIDTH, LOOP_REPEATS
@@ -41,8 +42,12 @@ class BuildConfig:
         default_factory=list,
         metadata={"help": "per rollout folder, FOLDER_NAME=VALUE (e.g. rollout-tw=agent-lesson); others: label_value"},
     )
-    value_rollouts: int = field(default=2, metadata={"help": "agent values: continuations per checkpoint (K)"})
-    value_max_steps: int = field(default=30, metadata={"help": "agent values: environment steps per continuation"})
+    value_rollouts: int = field(
+        default=AgentValue.rollouts, metadata={"help": "agent values: continuations per checkpoint (K)"}
+    )
+    value_max_steps: int = field(
+        default=AgentValue.max_steps, metadata={"help": "agent values: environment steps per continuation"}
+    )
     value_loop_repeats: int = field(
         default=LOOP_REPEATS,
         metadata={

@@ -89,7 +89,7 @@ def label_point(
     env: Env,
     point: DecisionPoint,
     bisect: bool = True,
-    max_steps: int = 60,
+    max_steps: int = ValueProbe.max_steps,
     agent: AgentValue | None = None,
     ties: str = "continue",
 ) -> Label:
@@ -152,7 +152,12 @@ def retry_seeds(label: Label, retries: int) -> list[int]:
 
 
 def retry_success(
-    env: Env, label: Label, reflection: Reflection, retries: int, error_rate: float, max_steps: int = 60
+    env: Env,
+    label: Label,
+    reflection: Reflection,
+    retries: int,
+    error_rate: float,
+    max_steps: int = ValueProbe.max_steps,
 ) -> float:
     """Success rate of K base-policy continuations from the restore point with `reflection` in memory."""
     point, r, start = label.point, label.restore, label.restore_snapshot

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from data_gen.build_config import LABEL_VALUES
+from data_gen.build_config import LABEL_VALUES, BuildConfig
 from data_gen.hindsight import REVIEW_TIES
 from eval.controller_eval import CONTROLLER_EVAL
 from eval.paired import PairedComparison, combine, find_comparison
@@ -76,14 +76,18 @@ class PipelineConfig:
             "choices": list(LABEL_VALUES),
         },
     )
-    value_rollouts: int = field(default=2, metadata={"help": "agent values: continuations per checkpoint (K)"})
+    value_rollouts: int = field(
+        default=BuildConfig.value_rollouts, metadata={"help": "agent values: continuations per checkpoint (K)"}
+    )
     bisect: bool = field(
         default=True,
         metadata={"help": "find restore labels by bisection (V_expert); agent values for the value controller: false"},
     )
     val_fraction: float = field(default=0.2, metadata={"help": "share of task variations held out for validation"})
     value_pairs_per_point: int = field(default=8, metadata={"help": "value controller pairs per decision point"})
-    value_max_steps: int = field(default=30, metadata={"help": "agent values: environment steps per continuation"})
+    value_max_steps: int = field(
+        default=BuildConfig.value_max_steps, metadata={"help": "agent values: environment steps per continuation"}
+    )
     review_ties: str = field(
         default="continue",
         metadata={
@@ -161,11 +165,27 @@ def _train(
     run_training(f"{kind} training", train_command(f"train.{kind}", args, cfg.launcher, cfg.accelerate_config))
 
 
-def _key_settings(config: DataclassInstance, names: str) -> dict[str, Any]:
-    """The fields of a stage's config that its cache key covers: those the pipeline sets (the other
-    fields keep their defaults, and keying on them would redo cached stages when a default is added)."""
+# The fields of each stage's config that its cache key covers: those the pipeline sets (the other fields
+# keep their defaults, and keying on them would redo cached stages when a default is added).
+ROLLOUT_KEY = (
+    "env", "tasks", "split", "variations", "methods", "controller", "explore", "workers", "review_interval",
+    "policy", "policy_mode", "error_rate", "budget_agent", "budget_rollback",
+)  # fmt: skip
+DATA_KEY = (
+    "max_prompt_tokens", "tokenizer", "label_value", "run_label_values", "value_rollouts", "value_max_steps",
+    "review_ties", "bisect", "val_fraction", "value_pairs_per_point",
+)  # fmt: skip
+CONTROLLER_EVAL_KEY = ("controller", "max_rows", "max_reflect_rows")
+EVAL_KEY = (
+    "env", "tasks", "split", "variations", "methods", "controller", "budget_agent", "budget_rollback",
+    "budget_controller", "charge_controller", "review_interval", "workers", "policy", "policy_mode", "error_rate",
+)  # fmt: skip
+
+
+def _key_settings(config: DataclassInstance, names: tuple[str, ...]) -> dict[str, Any]:
+    """The `names` fields of a stage's config, for its cache key."""
     values = asdict(config)
-    return {name: values[name] for name in names.split()}
+    return {name: values[name] for name in names}
 
 
 MODEL_SLOT = "{model}"  # in a served form: filled once with the tuned adapter, once with its prompted base
@@ -235,11 +255,7 @@ def rollout_stage(stages: Stages, cfg: PipelineConfig, suite: Suite) -> Path:
         rc = replace(rc, budget_agent=suite.budget_agent)
     if suite.budget_rollback is not None:  # else the rollout default: several recoveries a branch
         rc = replace(rc, budget_rollback=suite.budget_rollback)
-    settings = _key_settings(
-        rc,
-        "env tasks split variations methods controller explore workers review_interval policy policy_mode "
-        "error_rate budget_agent budget_rollback",
-    )
+    settings = _key_settings(rc, ROLLOUT_KEY)
     return stages.run(f"rollout-{suite.label}", settings, lambda d: rollout(replace(rc, out=str(d))))
 
 
@@ -256,7 +272,6 @@ def suite_label_values(cfg: PipelineConfig, rollouts: list[Path]) -> list[tuple[
 def data_stage(stages: Stages, cfg: PipelineConfig, rollouts: list[Path]) -> Path:
     """Hindsight labels and the TRL datasets, from every suite's rollouts."""
     from data_gen.build import build
-    from data_gen.build_config import BuildConfig
 
     bc = BuildConfig(
         rollouts=[str(p) for p in rollouts],
@@ -272,11 +287,7 @@ def data_stage(stages: Stages, cfg: PipelineConfig, rollouts: list[Path]) -> Pat
         value_pairs_per_point=cfg.value_pairs_per_point,
         workers=cfg.workers,
     )
-    settings = _key_settings(  # rollouts are inputs: their keys count
-        bc,
-        "max_prompt_tokens tokenizer label_value run_label_values value_rollouts value_max_steps review_ties bisect "
-        "val_fraction value_pairs_per_point",
-    )
+    settings = _key_settings(bc, DATA_KEY)  # rollouts are inputs: their keys count
     return stages.run("data", settings, lambda d: build(replace(bc, out=str(d))), inputs=[p.name for p in rollouts])
 
 
@@ -362,7 +373,7 @@ def controller_eval_stage(
         for name, source in groups.items():
             evaluate_controllers(replace(cc, source=source, out=str(d / name)))
 
-    settings = {**_key_settings(cc, "controller max_rows max_reflect_rows"), "groups": groups}
+    settings = {**_key_settings(cc, CONTROLLER_EVAL_KEY), "groups": groups}
     return stages.run("controller-eval", settings, fn, inputs=[data.name, *(a.name for a in trained)])
 
 
@@ -399,11 +410,7 @@ def eval_stage(stages: Stages, cfg: PipelineConfig, suite: Suite, trained: list[
         policy_mode=suite.policy_mode or cfg.policy_mode,
         error_rate=suite_error_rate(cfg, suite),
     )
-    settings = _key_settings(
-        ec,
-        "env tasks split variations methods controller budget_agent budget_rollback budget_controller "
-        "charge_controller review_interval workers policy policy_mode error_rate",
-    )
+    settings = _key_settings(ec, EVAL_KEY)
     return stages.run(
         f"eval-{suite.label}", settings, lambda d: evaluate(replace(ec, out=str(d))), inputs=[a.name for a in trained]
     )

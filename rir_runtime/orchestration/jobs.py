@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rir_runtime.budgets import AgentBudget
+from rir_runtime.budgets import AgentBudget, Budgets
 from rir_runtime.controllers.spec import check_controller_name
 from rir_runtime.envs import ENV_CLASSES, Env, TaskSpec, make_env, parse_variations, resolve_tasks
 from rir_runtime.errors import UnknownNameError, UserInputError
@@ -57,10 +57,10 @@ class SelectionConfig:
     )
     seeds: list[int] = field(default_factory=lambda: [0], metadata={"help": "comma list of seeds"})
     budget_agent: str = field(
-        default="60",
-        metadata={"help": "B_agent: model calls per episode (60), or a multiple of the expert's path length (1.5x)"},
+        default=str(Budgets.agent),
+        metadata={"help": "B_agent: model calls per episode, or a multiple of the expert's path length (1.5x)"},
     )
-    budget_rollback: int = field(default=5, metadata={"help": "B_rb: recoveries per episode"})
+    budget_rollback: int = field(default=Budgets.rollback, metadata={"help": "B_rb: recoveries per episode"})
     budget_controller: int | None = field(
         default=None,
         metadata={
@@ -74,7 +74,7 @@ class SelectionConfig:
             "accounting of figures before rir 0.2) instead of counting them apart"
         },
     )
-    max_steps: int = field(default=100, metadata={"help": "environment steps per episode (safety cap)"})
+    max_steps: int = field(default=Budgets.max_steps, metadata={"help": "environment steps per episode (safety cap)"})
     review_interval: int = field(default=4, metadata={"help": "initial scheduled review interval"})
     branch_width: int = field(
         default=AUTO_WIDTH,
@@ -130,13 +130,13 @@ class SelectionConfig:
         if not 0.0 <= self.error_rate <= 1.0:
             raise ValueError("error_rate must be within [0, 1]")
         self.budget_agent = str(AgentBudget.parse(self.budget_agent))
-        if self.budget_rollback < 0 or (self.budget_controller or 0) < 0:
-            raise ValueError("budgets must be >= 0")
-        if self.charge_controller and self.budget_controller is not None:
-            raise ValueError(
-                "charge_controller counts the controller's calls against budget_agent: drop budget_controller, "
-                "or drop charge_controller to bound them apart"
-            )
+        Budgets(  # the budgets' own checks, before any episode runs
+            AgentBudget.parse(self.budget_agent),
+            self.budget_rollback,
+            self.max_steps,
+            controller=self.budget_controller,
+            charge_controller=self.charge_controller,
+        )
         if self.workers < 1 or self.concurrency < 1 or self.branch_width < 0:
             raise ValueError("workers and concurrency must be >= 1, branch_width >= 0 (0: chosen by the device)")
         if self.loop_repeats < 0:
