@@ -168,7 +168,8 @@ def build(cfg: BuildConfig) -> dict[str, dict[str, int]]:
         counts[name] = {s: len(r) for s, r in splits.items()}
     summary = {
         "config": asdict(cfg),
-        "label_version": LABEL_VERSION,  # the card of an adapter trained on it keeps both (train/adapter_files.py)
+        # the card of an adapter trained on it keeps both (train/common/adapter_files.py)
+        "label_version": LABEL_VERSION,
         "prompt_format_version": prompt_format_version("controller"),
         "value_prompt_version": prompt_format_version("value"),
         "counts": counts,

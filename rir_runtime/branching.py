@@ -7,7 +7,7 @@ for each candidate decision, restores that state and lets the runtime play the d
 of the episode: continue, or recover (to a given checkpoint, or where the controller's Where says),
 with the What, the later reviews and the agent as the episode has them. The outcomes are exact
 comparisons of decisions from one state (a scripted agent is deterministic; an LLM agent ranking
-greedily too), which is what online GRPO groups need (`train/online_rewards.py`), and what no
+greedily too), which is what online GRPO groups need (`train/common/online_rewards.py`), and what no
 agent-RL framework gives: branching from a restored checkpoint rather than rerunning from the start.
 Each branch reports the fingerprint of the state it started from, so a caller can check that they all
 started from one state.

@@ -137,7 +137,7 @@ def _train_args(**kw: object) -> SimpleNamespace:
 
 
 def test_launcher_precision_must_match_the_train_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    from train.distributed import check_precision
+    from train.common.distributed import check_precision
 
     for key, value in launched_env(["--num_processes", "2", "--mixed_precision", "bf16"]).items():
         monkeypatch.setenv(key, value)
@@ -151,7 +151,7 @@ def test_launcher_precision_must_match_the_train_config(monkeypatch: pytest.Monk
 
 
 def test_fsdp_replaces_the_trainers_gradient_checkpointing(monkeypatch: pytest.MonkeyPatch) -> None:
-    from train.distributed import use_fsdp_checkpointing
+    from train.common.distributed import use_fsdp_checkpointing
 
     fsdp = str(REPO / "configs/accelerate/fsdp.yaml")
     for key, value in launched_env(["--num_processes", "2"], fsdp).items():
@@ -166,7 +166,7 @@ def test_fsdp_replaces_the_trainers_gradient_checkpointing(monkeypatch: pytest.M
 
 
 def test_launched_processes_that_do_not_join_are_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from train.distributed import check_process_group
+    from train.common.distributed import check_process_group
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(UserInputError, match="2 processes were launched.*pass --cpu.*use_cpu: true"):
@@ -179,7 +179,7 @@ def test_end_training_frees_the_ddp_wrapper_before_the_process_group() -> None:
     import torch
     import torch.distributed as dist
 
-    from train.distributed import end_training
+    from train.common.distributed import end_training
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:

@@ -228,8 +228,8 @@ def test_folders_written_before_the_versions_warn_once_and_go_on(
 def test_the_adapter_card_keeps_the_versions_of_its_training_data(tmp_path: Path) -> None:
     import types
 
-    from train.adapter_files import write_adapter_files
-    from train.args import TrainScriptArguments
+    from train.common.adapter_files import write_adapter_files
+    from train.common.args import TrainScriptArguments
 
     data = versioned_data(
         tmp_path, {"config": {"max_prompt_tokens": 256}, "label_version": 2, "prompt_format_version": 7}

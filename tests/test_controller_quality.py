@@ -77,7 +77,7 @@ def test_a_ranked_review_compares_the_margin_to_the_threshold(margin: float, thr
 def test_balancing_evens_the_answer_classes_and_keeps_the_row_count() -> None:
     from datasets import Dataset
 
-    from train.data import balance_labels
+    from train.common.data import balance_labels
 
     rows = [{"x": i, "meta": {"decision": "review", "label": "recover" if i < 6 else "continue"}} for i in range(8)]
     out = balance_labels(Dataset.from_list(rows), seed=0, what="review_sft")
@@ -93,8 +93,8 @@ def test_decision_shares_resample_each_decision_to_its_share_of_the_rows() -> No
     total stays 100, the review rows are repeated, the restore-point rows thinned."""
     from datasets import Dataset
 
-    from train.args import TrainScriptArguments
-    from train.data import mix_to_shares
+    from train.common.args import TrainScriptArguments
+    from train.common.data import mix_to_shares
 
     sizes = (("r", 20), ("l", 60), ("f", 20))
     parts = [Dataset.from_list([{"x": f"{name}{i}"} for i in range(n)]) for name, n in sizes]
@@ -116,7 +116,7 @@ def test_balancing_by_source_gives_a_small_rollout_folder_its_share_of_each_clas
 
     from datasets import Dataset
 
-    from train.data import balance_labels
+    from train.common.data import balance_labels
 
     def row(i: int, label: str, source: str) -> dict:
         return {"x": i, "meta": {"decision": "review", "label": label, "source_run": source}}
@@ -140,7 +140,7 @@ def test_restore_point_rows_are_balanced_between_staying_and_stepping_back() -> 
     from datasets import Dataset
 
     from data_gen.scoring.answers import answer_class
-    from train.data import balance_labels
+    from train.common.data import balance_labels
 
     def row(i: int, decision: str, restore: int) -> dict:
         label = str(restore) if decision == "locate_fine" else "0"
@@ -207,7 +207,7 @@ def test_calibration_on_too_few_rows_of_a_label_keeps_threshold_zero_and_says_wh
     is not even loaded (the folder holds only a card)."""
     from datasets import Dataset, DatasetDict
 
-    from train.calibrate import calibrate_review
+    from train.common.calibrate import calibrate_review
 
     ctx = DecisionContext("t", "goal", "", (Step(0, "look", "ok", 0.0),), "ok", 0.0, "schedule", (0, 1))
     rows = [{"meta": {"label": "recover" if i < 2 else "continue", "context": ctx.to_json()}} for i in range(9)]
@@ -235,7 +235,7 @@ def test_calibration_keeps_threshold_zero_when_the_margins_rank_no_better_than_c
     ranked the right way round do get a threshold."""
     from datasets import Dataset, DatasetDict
 
-    import train.calibrate
+    import train.common.calibrate
 
     ctx = DecisionContext("t", "goal", "", (Step(0, "look", "ok", 0.0),), "ok", 0.0, "schedule", (0, 1))
     rows = [{"meta": {"label": "recover" if i < 6 else "continue", "context": ctx.to_json()}} for i in range(12)]
@@ -245,8 +245,8 @@ def test_calibration_keeps_threshold_zero_when_the_margins_rank_no_better_than_c
     barely = [2 * k + 0.5 for k in range(6)] + [2.0 * k for k in range(6)]  # recover row k beats k + 1 of 6
     for margins, fitted in ((backwards, False), (barely, False), (backwards[::-1], True)):
         card_path.write_text(json.dumps({"kind": "controller", "review_threshold": None}))
-        monkeypatch.setattr(train.calibrate, "review_margins", lambda _dir, _metas, m=margins: m)
-        record = train.calibrate.calibrate_review(str(tmp_path), str(tmp_path / "data"), min_per_label=5)
+        monkeypatch.setattr(train.common.calibrate, "review_margins", lambda _dir, _metas, m=margins: m)
+        record = train.common.calibrate.calibrate_review(str(tmp_path), str(tmp_path / "data"), min_per_label=5)
         card = json.loads(card_path.read_text())
         assert card["review_threshold"] == record["review_threshold"]
         if fitted:
@@ -265,7 +265,7 @@ def test_calibration_shares_its_row_cap_between_the_rollout_folders(
     one of the agent's rows is scored and the card says how many came from where."""
     from datasets import Dataset, DatasetDict
 
-    import train.calibrate
+    import train.common.calibrate
 
     ctx = DecisionContext("t", "goal", "", (Step(0, "look", "ok", 0.0),), "ok", 0.0, "schedule", (0, 1))
     rows = [
@@ -280,8 +280,10 @@ def test_calibration_shares_its_row_cap_between_the_rollout_folders(
         scored.append([m["source_run"] for m in metas])
         return [1.0 if m["label"] == "recover" else -1.0 for m in metas]
 
-    monkeypatch.setattr(train.calibrate, "review_margins", margins)
-    record = train.calibrate.calibrate_review(str(tmp_path), str(tmp_path / "data"), max_rows=12, min_per_label=2)
+    monkeypatch.setattr(train.common.calibrate, "review_margins", margins)
+    record = train.common.calibrate.calibrate_review(
+        str(tmp_path), str(tmp_path / "data"), max_rows=12, min_per_label=2
+    )
     assert scored[0].count("runs/c/rollout-agent") == 6 and len(scored[0]) == 12
     assert record["review_calibration"]["rows_by_source"] == {"rollout-builtin": 6, "rollout-agent": 6}
 
@@ -292,14 +294,14 @@ def test_the_card_holds_a_pending_threshold_until_calibration_writes_it(
     """The card is written before calibration loads the adapter; a kill in between leaves `null`."""
     import types
 
-    import train.calibrate
-    from train.args import TrainScriptArguments
-    from train.run import finish_adapter
+    import train.common.calibrate
+    from train.common.args import TrainScriptArguments
+    from train.common.run import finish_adapter
 
     def killed(*_args: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train.calibrate, "calibrate_review", killed)
+    monkeypatch.setattr(train.common.calibrate, "calibrate_review", killed)
     card = {"base_model": "tiny-random-llama", "base_model_path": "", "fingerprints": {}, "stage": "sft"}
     training = types.SimpleNamespace(to_dict=lambda: {})
     script = TrainScriptArguments(calibrate_review=True)
@@ -317,7 +319,7 @@ def test_rir_train_calibrate_refits_the_card_of_an_existing_adapter(
     a controller adapter is refused with what to pass instead."""
     from datasets import Dataset, DatasetDict
 
-    import train.calibrate
+    import train.common.calibrate
     from rir_runtime.cli import main
 
     ctx = DecisionContext("t", "goal", "", (Step(0, "look", "ok", 0.0),), "ok", 0.0, "schedule", (0, 1))
@@ -327,7 +329,9 @@ def test_rir_train_calibrate_refits_the_card_of_an_existing_adapter(
     adapter.mkdir()
     card = {"kind": "controller", "base_model": "tiny", "prompt_format_version": prompt_format_version("controller")}
     (adapter / "rir_controller.json").write_text(json.dumps(card | {"review_threshold": -6.0}))
-    monkeypatch.setattr(train.calibrate, "review_margins", lambda _d, metas: [2.0 - i for i in range(len(metas))])
+    monkeypatch.setattr(
+        train.common.calibrate, "review_margins", lambda _d, metas: [2.0 - i for i in range(len(metas))]
+    )
     assert main(["train", "calibrate", "--adapter", str(adapter), "--data", str(tmp_path / "data")]) == 0
     card = json.loads((adapter / "rir_controller.json").read_text())
     assert -4.0 < card["review_threshold"] < -3.0 and card["review_calibration"]["rows"] == 12

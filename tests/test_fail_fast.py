@@ -67,14 +67,14 @@ def test_sft_checks_the_data_folder_before_the_base_model(tmp_path: Path, monkey
     """A missing --data is reported before the base model is resolved (a packaged model is converted
     on first use, minutes on a CPU)."""
     pytest.importorskip("trl")
-    import train.models
+    import train.common.models
     from train import sft
-    from train.args import parse_train_args
+    from train.common.args import parse_train_args
 
     def converted(*_args: object) -> None:
         raise AssertionError("the base model was resolved before the data was checked")
 
-    monkeypatch.setattr(train.models, "resolve_base", converted)
+    monkeypatch.setattr(train.common.models, "resolve_base", converted)
     argv = ["--model", "smollm2-135m-instruct", "--use_cpu", "true", "--bf16", "false", "--report_to", "none"]
     argv += ["--data", str(tmp_path / "missing"), "--output_dir", str(tmp_path / "out")]
     with pytest.raises(UserInputError, match=r"--data .*missing is not a folder: pass the --out folder"):

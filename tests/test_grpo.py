@@ -122,15 +122,15 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def parse(stage: str, argv: list[str]):
     from train import grpo, sft
-    from train.args import parse_train_args
+    from train.common.args import parse_train_args
 
     return parse_train_args((grpo if stage == "grpo" else sft).make_parser(), argv)
 
 
 # --- the dataset view ---------------------------------------------------------------------------
 def test_grpo_view_carries_the_value_table_and_class_weights(data: Path) -> None:
+    from train.common.grpo_data import load_grpo_datasets
     from train.grpo import GRPOScriptArguments
-    from train.grpo_data import load_grpo_datasets
 
     train, val, fingerprints, types = load_grpo_datasets(GRPOScriptArguments(data=str(data)), need_eval=True)
     assert types == ["review", "locate"] and set(fingerprints) == {
@@ -172,8 +172,8 @@ def test_restore_point_rewards_are_weighted_by_stay_or_step_back(tmp_path: Path)
     from datasets import Dataset, DatasetDict
 
     from data_gen.scoring.rewards import locate_reward
+    from train.common.grpo_data import load_grpo_datasets
     from train.grpo import GRPOScriptArguments
-    from train.grpo_data import load_grpo_datasets
 
     rows = []
     for i in range(8):
@@ -199,8 +199,8 @@ def test_prefilled_prompts_end_with_the_answer_opening_the_ranker_scores(data: P
     from data_gen.scoring.rewards import locate_reward, review_reward
     from rir_runtime.controllers import candidates
     from rir_runtime.llm.tiny import build_tokenizer
+    from train.common.grpo_data import load_grpo_datasets, prefill_answers
     from train.grpo import GRPOScriptArguments
-    from train.grpo_data import load_grpo_datasets, prefill_answers
 
     tokenizer = build_tokenizer()
     train, _, _, _ = load_grpo_datasets(GRPOScriptArguments(data=str(data)), need_eval=False)
@@ -243,8 +243,8 @@ def test_grpo_script_arguments_are_checked() -> None:
 def test_rows_without_value_meta_are_a_clear_error(data: Path, tmp_path: Path) -> None:
     from datasets import load_from_disk
 
+    from train.common.grpo_data import load_grpo_datasets
     from train.grpo import GRPOScriptArguments
-    from train.grpo_data import load_grpo_datasets
 
     dd = load_from_disk(str(data / "review_sft"))
     dd.map(lambda r: {"meta": {k: v for k, v in r["meta"].items() if k != "values"}}).save_to_disk(
@@ -436,7 +436,7 @@ def test_rir_train_grpo_parses_with_the_grpo_parser(tmp_path: Path, monkeypatch:
 def test_grpo_warns_once_when_no_group_has_reward_variance(capsys: pytest.CaptureFixture[str]) -> None:
     from types import SimpleNamespace
 
-    from train.grpo_common import NoSignalWarning
+    from train.common.grpo_common import NoSignalWarning
 
     args = SimpleNamespace(temperature=0.5, num_generations=4)
     main, other = SimpleNamespace(is_world_process_zero=True), SimpleNamespace(is_world_process_zero=False)

@@ -97,7 +97,7 @@ def test_base_model_names_are_shareable(tmp_path: Path) -> None:
 
 # --- adapter card --------------------------------------------------------------------------------------------
 def _card(folder: Path, base_model: str, base_model_path: str = "") -> dict[str, Any]:
-    from train.adapter_files import write_cards
+    from train.common.adapter_files import write_cards
 
     folder.mkdir(parents=True, exist_ok=True)
     fingerprints = {"review_sft/train": "f1", "review_sft/validation": "f2"}

@@ -11,7 +11,7 @@ import pytest
 from rir_runtime.branching import Forced
 from rir_runtime.orchestration.jobs import EpisodeJob, branch_job
 from rir_runtime.trace import replay
-from train.online_rewards import OnlineReward, forced_decision
+from train.common.online_rewards import OnlineReward, forced_decision
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +123,8 @@ def test_replies_become_the_decisions_a_branch_forces() -> None:
 
 def train_grpo(argv: list[str]):
     from train import grpo
-    from train.args import parse_train_args
-    from train.run import train_and_save
+    from train.common.args import parse_train_args
+    from train.common.run import train_and_save
 
     args = parse_train_args(grpo.make_parser(), argv)
     trainer, card = grpo.build_trainer(*args)
@@ -136,9 +136,11 @@ def test_online_grpo_trains_logs_its_restores_and_resumes(
 ) -> None:
     """A random tiny model writes no decision a parser accepts; here each reply's bytes decide (parsing
     is tested above), so GRPO's samples are played out and rewarded."""
-    import train.online_rewards
+    import train.common.online_rewards
 
-    monkeypatch.setattr(train.online_rewards, "review_verdict", lambda text: ("continue", "recover")[len(text) % 2])
+    monkeypatch.setattr(
+        train.common.online_rewards, "review_verdict", lambda text: ("continue", "recover")[len(text) % 2]
+    )
     config = Path(__file__).parent.parent / "configs/train/grpo_cpu_quick.yaml"
     argv = ["--config", str(config), "--model", "tiny-random-llama", "--sft_adapter", "", "--data", str(data),
             "--reward", "online", "--decision_types", "review", "--output_dir", str(tmp_path / "out"),

@@ -123,7 +123,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def parse(stage: str, argv: list[str]):
     from train import dpo, sft
-    from train.args import parse_train_args
+    from train.common.args import parse_train_args
 
     return parse_train_args((sft if stage == "sft" else dpo).make_parser(), argv)
 
@@ -216,7 +216,7 @@ def test_sft_resumes_from_last_checkpoint(sft_run, tmp_path: Path) -> None:
     from transformers import TrainerCallback
 
     from train import sft
-    from train.crashes import last_checkpoint
+    from train.common.crashes import last_checkpoint
 
     src, _ = sft_run
     out = tmp_path / "adapter"
@@ -300,7 +300,7 @@ def test_dpo_continues_the_sft_adapter(sft_run, data: Path, tmp_path: Path) -> N
 
 
 def test_dpo_rejects_an_adapter_of_another_base(sft_run, tmp_path: Path) -> None:
-    from train.models import check_same_base
+    from train.common.models import check_same_base
 
     with pytest.raises(UserInputError, match="was trained on base model '/nonexistent/base'"):
         check_same_base({"base_model": "/nonexistent/base"}, "x", "tiny-random-llama", "/tmp")
@@ -378,8 +378,8 @@ def test_unknown_config_key_is_named_with_a_suggestion(tmp_path: Path) -> None:
     ],
 )
 def test_broken_dataset_is_a_clear_error(drop, match, tmp_path: Path) -> None:
-    from train.args import TrainScriptArguments
-    from train.data import load_datasets
+    from train.common.args import TrainScriptArguments
+    from train.common.data import load_datasets
 
     root = write_data(tmp_path, n_train=2, n_val=1, drop=drop)
     script = TrainScriptArguments(data=str(root))
@@ -389,8 +389,8 @@ def test_broken_dataset_is_a_clear_error(drop, match, tmp_path: Path) -> None:
 
 
 def test_wrong_dataset_kind_and_missing_folder(data: Path, tmp_path: Path) -> None:
-    from train.args import TrainScriptArguments
-    from train.data import load_datasets
+    from train.common.args import TrainScriptArguments
+    from train.common.data import load_datasets
 
     with pytest.raises(UserInputError, match="preference dataset.*rir train dpo"):
         load_datasets(TrainScriptArguments(data=str(data / "review_pref")), "sft", True)
@@ -452,7 +452,7 @@ def test_adapter_card_checks(sft_run, tmp_path: Path) -> None:
 def test_out_of_memory_says_what_to_reduce() -> None:
     from types import SimpleNamespace
 
-    from train.crashes import TrainingResourceError, oom_advice
+    from train.common.crashes import TrainingResourceError, oom_advice
 
     args = SimpleNamespace(
         per_device_train_batch_size=8, gradient_accumulation_steps=2, max_length=2048, gradient_checkpointing=False

@@ -271,7 +271,7 @@ def test_shipped_value_config_builds_and_trains_one_step(config: Path, value_dat
     """GPU configs too, on the tiny model on CPU: a typo or an incompatible option fails here."""
     from tests.test_train import FAST
     from train import value
-    from train.args import parse_train_args
+    from train.common.args import parse_train_args
 
     argv = ["--config", str(config), *FAST, "--data", str(value_data), "--output_dir", str(tmp_path / "out"),
             "--max_steps", "1", "--eval_strategy", "no", "--per_device_train_batch_size", "2",
@@ -286,7 +286,7 @@ def test_shipped_value_config_builds_and_trains_one_step(config: Path, value_dat
 def test_value_training_takes_one_way_of_picking_its_pairs(value_data: Path, tmp_path: Path) -> None:
     from tests.test_train import FAST
     from train import value
-    from train.args import parse_train_args
+    from train.common.args import parse_train_args
 
     argv = ["--config", str(VALUE_CONFIGS[0]), *FAST, "--data", str(value_data), "--output_dir", str(tmp_path),
             "--balance_pairs", "true", "--balance_sources", "true"]  # fmt: skip
@@ -305,7 +305,7 @@ def test_lora_on_the_top_layers_leaves_the_lower_layers_frozen_and_out_of_the_ba
 
     from tests.test_train import FAST
     from train import value
-    from train.args import parse_train_args
+    from train.common.args import parse_train_args
 
     argv = ["--config", str(VALUE_CONFIGS[0]), *FAST, "--data", str(value_data), "--output_dir", str(tmp_path),
             "--max_steps", "1", "--eval_strategy", "no", "--per_device_train_batch_size", "2",
@@ -406,7 +406,7 @@ def test_rir_train_value_with_the_lm_head_serves_option_log_probabilities(value_
 def test_the_lm_head_takes_no_pair_balancing(value_data: Path, tmp_path: Path) -> None:
     from tests.test_train import FAST
     from train import value
-    from train.args import parse_train_args
+    from train.common.args import parse_train_args
 
     argv = ["--config", str(VALUE_CONFIGS[0]), *FAST, "--data", str(value_data), "--output_dir", str(tmp_path),
             "--value_head", "lm", "--balance_pairs", "true"]  # fmt: skip
@@ -423,7 +423,7 @@ def test_a_value_model_of_the_where_alone_learns_recoveries_and_leaves_the_when_
     from rir_runtime.controllers import HeuristicController
     from tests.test_train import FAST
     from train import value
-    from train.args import parse_train_args
+    from train.common.args import parse_train_args
 
     base = ["--config", str(VALUE_CONFIGS[0]), *FAST, "--data", str(value_data), "--output_dir", str(tmp_path)]
     for head in ("lm", "scalar"):
@@ -458,7 +458,7 @@ def test_a_build_without_a_point_to_learn_from_says_so(value_data: Path, tmp_pat
 
     from tests.test_train import FAST
     from train import value
-    from train.args import parse_train_args
+    from train.common.args import parse_train_args
 
     pairs = load_from_disk(str(value_data / "value_pref"))
     goes_on = pairs.filter(lambda m: m["chosen_option"] == -1, input_columns="meta")  # no recovery is ever best

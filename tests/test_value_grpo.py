@@ -30,7 +30,7 @@ def value_adapter(value_data: Path, tmp_path_factory: pytest.TempPathFactory) ->
 def one_point_trainer(adapter: Path, data: Path, out: Path, temperature: str) -> tuple:
     """(GRPO trainer of a value adapter, its card) on one point whose options differ, with table rewards:
     64 samples, one constant-rate step, the rewards unscaled, so a step's direction is the policy's."""
-    from train.args import parse_train_args
+    from train.common.args import parse_train_args
     from train.grpo import make_parser
     from train.value_grpo import build_trainer
 
@@ -120,9 +120,9 @@ def test_hard_points_are_those_whose_served_option_earns_less_than_the_best(
 ) -> None:
     """`--hard_points` keeps the points where the start's best-scored option is not the best one: by
     the table's values, or (online) by what each option earned when played out, whatever the table says."""
-    from train.args import parse_train_args
+    from train.common.args import parse_train_args
+    from train.common.online_rewards import Group
     from train.grpo import make_parser
-    from train.online_rewards import Group
     from train.value_grpo import load_points, missed_points, point_scores, trainable_value_model
 
     argv = [*TINY, "--value_adapter", str(value_adapter), "--data", str(value_data), "--output_dir", str(tmp_path),
@@ -249,7 +249,7 @@ def test_shipped_value_grpo_config_builds_and_trains_one_step(
     value_adapter: Path,
     tmp_path: Path,
 ) -> None:
-    from train.args import parse_train_args
+    from train.common.args import parse_train_args
     from train.grpo import make_parser
     from train.value_grpo import build_trainer
 

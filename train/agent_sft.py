@@ -38,8 +38,8 @@ def split_agent_args(argv: list[str]) -> tuple[str, bool, list[str]]:
 
 
 def main(argv: list[str]) -> int:
-    from train.args import parse_train_args
-    from train.distributed import main_process_first
+    from train.common.args import parse_train_args
+    from train.common.distributed import main_process_first
     from train.sft import main as sft_main
     from train.sft import make_parser
 

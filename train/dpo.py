@@ -27,7 +27,7 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any
 
-from train.args import TrainScriptArguments
+from train.common.args import TrainScriptArguments
 
 
 @dataclass
@@ -42,53 +42,25 @@ class DPOScriptArguments(TrainScriptArguments):
 
 def main(script_args: DPOScriptArguments, training_args, model_args):
     """Train and save the adapter into output_dir; returns the trainer (state, logs, model)."""
-    from train.run import train_and_save
+    from train.common.run import train_and_save
 
     trainer, card = build_trainer(script_args, training_args, model_args)
     return train_and_save(trainer, card, script_args, training_args, model_args)
 
 
 def build_trainer(script_args: DPOScriptArguments, training_args, model_args):
-    """(DPOTrainer on the SFT adapter, or on a fresh LoRA adapter; the adapter card's fields)."""
+    """(DPOTrainer on the SFT adapter, or on a fresh LoRA adapter; the adapter card's fields). From the SFT
+    adapter, TRL copies it into a frozen "ref" adapter: the reference policy."""
     from trl import DPOTrainer
 
-    from train.data import dataset_folders, drop_overlong, load_datasets
-    from train.distributed import check_launch, main_process_first
-    from train.models import load_tokenizer, resolve_start, trainable_model
+    from train.common.data import dataset_folders
+    from train.common.setup import prompt_completion_datasets, set_up
 
-    check_launch(training_args)
     dataset_folders(script_args.data, "pref", script_args.decision_types)  # before the base model is converted
-    sft_adapter = script_args.sft_adapter
-    with main_process_first(training_args, "preparing the model and datasets"):
-        base_name, base_path = resolve_start(script_args, model_args)
-        tokenizer = load_tokenizer(sft_adapter or base_path)
-        need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
-        train_ds, eval_ds, fingerprints, types = load_datasets(script_args, "pref", need_eval, training_args.seed)
-        train_ds = drop_overlong(train_ds, tokenizer, training_args.max_length, "train")
-        eval_ds = drop_overlong(eval_ds, tokenizer, training_args.max_length, "eval")
-
-    # from the SFT adapter, TRL copies it into a frozen "ref" adapter: the reference policy
-    model, peft_config = trainable_model(
-        base_name, base_path, sft_adapter, model_args, training_args, script_args.lora_top_layers
-    )
-
-    trainer = DPOTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=train_ds,
-        eval_dataset=eval_ds,
-        processing_class=tokenizer,
-        peft_config=peft_config,
-    )
-    card = dict(
-        base_model=base_name,
-        base_model_path=base_path,
-        decision_types=types,
-        fingerprints=fingerprints,
-        stage="dpo",
-        extra={"sft_adapter": script_args.sft_adapter},
-    )
-    return trainer, card
+    load = prompt_completion_datasets(script_args, training_args, "pref")
+    setup = set_up(script_args, training_args, model_args, load, start_adapter=script_args.sft_adapter)
+    trainer = DPOTrainer(**setup.trainer_arguments(training_args))
+    return trainer, setup.card("dpo", extra={"sft_adapter": script_args.sft_adapter})
 
 
 def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str | None = None):
@@ -104,6 +76,6 @@ def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str 
 if __name__ == "__main__":
     import sys
 
-    from train.args import run_script
+    from train.common.args import run_script
 
     sys.exit(run_script(main, make_parser(prog="python -m train.dpo")))

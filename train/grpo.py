@@ -15,7 +15,7 @@ accelerate launch --config_file configs/accelerate/single_gpu.yaml -m train.grpo
 ```
 
 TRL's `GRPOTrainer` samples `num_generations` answers per review and locate prompt and scores each
-against the row's hindsight value table (`data_gen/scoring/rewards.py`, `train/grpo_data.py`): no environment
+against the row's hindsight value table (`data_gen/scoring/rewards.py`, `train/common/grpo_data.py`): no environment
 runs at train time. With `sft_adapter` that adapter is trained further on its own base model;
 without it, a fresh LoRA adapter from the config's LoRA keys. With `beta > 0` TRL keeps a
 frozen copy of the starting adapter as the KL reference; it is not saved with the result. The
@@ -34,9 +34,9 @@ from typing import Any
 
 from data_gen.scoring.rewards import DEFAULT_LATENESS, locate_reward, review_reward
 from rir_runtime.errors import UserInputError
-from train.args import TrainScriptArguments
-from train.grpo_common import NoSignalWarning, online_logs, reward_settings
-from train.grpo_data import GRPO_TYPES
+from train.common.args import TrainScriptArguments
+from train.common.grpo_common import NoSignalWarning, online_logs, online_reward, reward_settings
+from train.common.grpo_data import GRPO_TYPES
 
 
 @dataclass
@@ -159,7 +159,7 @@ class GRPOScriptArguments(TrainScriptArguments):
 
 def main(script_args: GRPOScriptArguments, training_args, model_args):
     """Train and save the adapter into output_dir; returns the trainer (state, logs, model)."""
-    from train.run import train_and_save
+    from train.common.run import train_and_save
 
     if script_args.value_adapter:
         from train import value_grpo
@@ -173,75 +173,46 @@ def main(script_args: GRPOScriptArguments, training_args, model_args):
 def reward_functions(script_args: GRPOScriptArguments) -> list[Any]:
     """Module-level functions (a partial unwraps to its function's name in TRL's logs), so they pickle;
     online, one `OnlineReward` that plays every decision out."""
-    if script_args.reward == "online":
-        from train.online_rewards import OnlineReward
-
-        return [
-            OnlineReward(
-                script_args.rollback_cost,
-                script_args.call_cost,
-                script_args.reward_workers,
-                script_args.reward_executor,
-                script_args.reward_draws,
-            )
-        ]
+    online = online_reward(script_args)
+    if online is not None:
+        return [online]
     return [review_reward, functools.partial(locate_reward, lateness=script_args.lateness_penalty)]
 
 
 def build_trainer(script_args: GRPOScriptArguments, training_args, model_args):
-    """(GRPOTrainer on the SFT adapter, or on a fresh LoRA adapter; the adapter card's fields)."""
+    """(GRPOTrainer on the SFT adapter, or on a fresh LoRA adapter; the adapter card's fields). With
+    beta > 0 and an SFT adapter, TRL copies it into a frozen "ref" adapter (the KL reference)."""
     from trl import GRPOTrainer
 
-    from train.data import dataset_folders
-    from train.distributed import check_launch, main_process_first
-    from train.grpo_data import load_grpo_datasets, prefill_answers, value_summary
-    from train.models import load_tokenizer, resolve_start, trainable_model
-    from train.step_phases import StepPhases
+    from train.common.data import dataset_folders
+    from train.common.grpo_data import load_grpo_datasets, prefill_answers, value_summary
+    from train.common.setup import set_up
+    from train.common.step_phases import StepPhases
 
-    check_launch(training_args)
-    dataset_folders(script_args.data, "sft", script_args.decision_types)  # before the base model is converted
-    sft_adapter = script_args.sft_adapter
-    with main_process_first(training_args, "preparing the model and datasets"):
-        base_name, base_path = resolve_start(script_args, model_args)
-        tokenizer = load_tokenizer(sft_adapter or base_path)
-        need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
+    def load(tokenizer, need_eval: bool):
         train_ds, eval_ds, fingerprints, types = load_grpo_datasets(script_args, need_eval, training_args.seed)
         if script_args.prefill_answer:
             train_ds = prefill_answers(train_ds, tokenizer)
             eval_ds = prefill_answers(eval_ds, tokenizer) if eval_ds is not None else None
+        return train_ds, eval_ds, fingerprints, types
 
-    # with beta > 0 and an SFT adapter, TRL copies it into a frozen "ref" adapter (the KL reference)
-    model, peft_config = trainable_model(
-        base_name, base_path, sft_adapter, model_args, training_args, script_args.lora_top_layers
-    )
-
+    dataset_folders(script_args.data, "sft", script_args.decision_types)  # before the base model is converted
+    setup = set_up(script_args, training_args, model_args, load, start_adapter=script_args.sft_adapter)
     rewards = reward_functions(script_args)
     phases = StepPhases()  # generation, rewards, scoring and backward seconds in the train logs
     trainer = GRPOTrainer(
-        model=model,
         reward_funcs=rewards,
-        args=training_args,
-        train_dataset=train_ds,
-        eval_dataset=eval_ds,
-        processing_class=tokenizer,
-        peft_config=peft_config,
         callbacks=[NoSignalWarning(), *online_logs(rewards), phases],
+        **setup.trainer_arguments(training_args),
     )
     phases.attach(trainer)
-    card = dict(
-        base_model=base_name,
-        base_model_path=base_path,
-        decision_types=types,
-        fingerprints=fingerprints,
-        stage="grpo",
-        extra={
-            "sft_adapter": sft_adapter,
-            "values": value_summary(train_ds),
-            "rewards": reward_settings(script_args),
-            "prefill_answer": script_args.prefill_answer,
-        },
-    )
-    return trainer, card
+    extra = {
+        "sft_adapter": script_args.sft_adapter,
+        "values": value_summary(setup.train_dataset),
+        "rewards": reward_settings(script_args),
+        "prefill_answer": script_args.prefill_answer,
+    }
+    return trainer, setup.card("grpo", extra=extra)
 
 
 def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str | None = None):
@@ -259,6 +230,6 @@ def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str 
 if __name__ == "__main__":
     import sys
 
-    from train.args import run_script
+    from train.common.args import run_script
 
     sys.exit(run_script(main, make_parser(prog="python -m train.grpo")))

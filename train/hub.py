@@ -49,7 +49,7 @@ def shared_files(folder: Path) -> dict[str, Path | bytes]:
 def adapter_upload(folder: str | Path, repo_id: str, datasets: Sequence[str] = ()) -> Upload:
     """An adapter of `rir train`: its files, with a README whose front matter names the Hub base model
     (and `datasets`, Hub ids of the training data) and an adapter_config.json that does too."""
-    from train.model_card import adapter_readme, hub_base_model
+    from train.common.model_card import adapter_readme, hub_base_model
 
     folder = Path(folder).expanduser()
     if not (folder / PEFT_CONFIG).is_file() or not any((folder / w).is_file() for w in WEIGHTS):

@@ -43,7 +43,7 @@ from data_gen.scoring.answers import share_by_source
 from rir_runtime.errors import UserInputError
 from rir_runtime.llm.card import LM
 from rir_runtime.prompts import prompt_format_version
-from train.args import TrainScriptArguments
+from train.common.args import TrainScriptArguments
 
 VALUE_DATASET = "value_pref"
 VALUE_DECISIONS = ["review", "locate"]  # the value controller is a When and a Where
@@ -73,7 +73,7 @@ def where_rows(metas: list[dict[str, Any]], lm_head: bool) -> list[int]:
 
 def main(script_args: TrainScriptArguments, training_args, model_args):
     """Train and save the adapter into output_dir; returns the trainer (state, logs, model)."""
-    from train.run import train_and_save
+    from train.common.run import train_and_save
 
     trainer, card = build_trainer(script_args, training_args, model_args)
     return train_and_save(trainer, card, script_args, training_args, model_args)
@@ -117,7 +117,7 @@ def tokenized(dataset: Any, tokenizer: Any, max_length: int | None) -> Any:
 def value_splits(script_args: TrainScriptArguments) -> tuple[Path, Any, dict[str, str]]:
     """(the value_pref folder, its DatasetDict, the fingerprints of the train and eval splits), or the
     error that names a missing split."""
-    from train.data import load_dataset_dict
+    from train.common.data import load_dataset_dict
 
     folder = value_folder(script_args.data)
     splits = load_dataset_dict(folder)
@@ -218,7 +218,7 @@ def load_best_options(script_args: TrainScriptArguments, tokenizer: Any, max_len
     from datasets import Dataset
 
     from rir_runtime.llm.value import as_chat
-    from train.data import drop_overlong
+    from train.common.data import drop_overlong
 
     folder, splits, fingerprints = value_splits(script_args)
     where_only = value_decisions(script_args) == ["locate"]
@@ -268,7 +268,7 @@ def build_trainer(script_args: TrainScriptArguments, training_args, model_args):
     """(the trainer of the value model, the adapter card's fields): RewardTrainer with a fresh LoRA
     adapter on a scalar-head model, or for the lm head SFTTrainer on each point's best option. The
     launch, the data and the decisions to learn are checked first, before a base model is converted."""
-    from train.distributed import check_launch
+    from train.common.distributed import check_launch
 
     check_launch(training_args)
     value_folder(script_args.data)
@@ -285,8 +285,8 @@ def build_scalar_trainer(script_args: TrainScriptArguments, training_args, model
     from transformers import set_seed
     from trl import RewardTrainer
 
-    from train.distributed import main_process_first
-    from train.models import lora_config, resolve_base
+    from train.common.distributed import main_process_first
+    from train.common.models import lora_config, resolve_base
 
     with main_process_first(training_args, "preparing the model and datasets"):
         base_name, base_path = resolve_base(script_args, model_args)
@@ -316,25 +316,17 @@ def build_lm_trainer(script_args: TrainScriptArguments, training_args, model_arg
     log-probability of its text (`rir_runtime.llm.value.LikelihoodScorer`)."""
     from trl import SFTTrainer
 
-    from train.distributed import main_process_first
-    from train.models import load_tokenizer, resolve_base, trainable_model
+    from train.common.setup import set_up
 
     sft_args = sft_arguments(training_args)
-    with main_process_first(training_args, "preparing the model and datasets"):
-        base_name, base_path = resolve_base(script_args, model_args)
-        tokenizer = load_tokenizer(base_path)
+
+    def load(tokenizer: Any, need_eval: bool):
         train_ds, eval_ds, fingerprints = load_best_options(script_args, tokenizer, sft_args.max_length, sft_args.seed)
-    model, peft_config = trainable_model(base_name, base_path, None, model_args, sft_args, script_args.lora_top_layers)
-    need_eval = sft_args.eval_strategy != "no" or sft_args.eval_on_start
-    trainer = SFTTrainer(
-        model=model,
-        args=sft_args,
-        train_dataset=train_ds,
-        eval_dataset=eval_ds if need_eval else None,
-        processing_class=tokenizer,
-        peft_config=peft_config,
-    )
-    return trainer, value_card(script_args, base_name, base_path, fingerprints)
+        return train_ds, eval_ds if need_eval else None, fingerprints, value_decisions(script_args)
+
+    setup = set_up(script_args, sft_args, model_args, load)
+    trainer = SFTTrainer(**setup.trainer_arguments(sft_args))
+    return trainer, value_card(script_args, setup.base_name, setup.base_path, setup.fingerprints)
 
 
 def value_card(script_args: TrainScriptArguments, base_name: str, base_path: str, fingerprints: dict) -> dict:
@@ -399,6 +391,6 @@ def make_parser(subparsers: argparse._SubParsersAction | None = None, prog: str 
 if __name__ == "__main__":
     import sys
 
-    from train.args import run_script
+    from train.common.args import run_script
 
     sys.exit(run_script(main, make_parser(prog="python -m train.value")))

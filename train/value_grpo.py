@@ -8,7 +8,7 @@ checkpoint i}) and taking the best. As a policy, it picks option o with probabil
 Each step takes `per_device_train_batch_size` decision points of the build's `value_pref` rows,
 samples `num_generations` options per point from pi, and rewards each: online (`--reward online`),
 by playing it out from the point's one restored state exactly as the generative form's online
-reward does (`train/online_rewards.py`: same executor session, same costs); from the table
+reward does (`train/common/online_rewards.py`: same executor session, same costs); from the table
 (`--reward table`), by the option's hindsight value in the row. The group-relative advantage
 A = r - mean(r) (over the std too with `scale_rewards: group`) weights the sampled options' log-probs:
 
@@ -42,7 +42,7 @@ from transformers import Trainer
 from rir_runtime.branching import Forced
 from rir_runtime.cache import write_atomic
 from rir_runtime.errors import UserInputError
-from train.online_rewards import Group, OnlineReward, OnlineRewardLog
+from train.common.online_rewards import Group, OnlineReward, OnlineRewardLog
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def load_points(
     folders, so the workshop's many points do not drown another benchmark's); online, each must name
     its decision point."""
     from data_gen.scoring.answers import share_by_source
-    from train.data import load_dataset_dict
+    from train.common.data import load_dataset_dict
     from train.value import value_folder
 
     folder = value_folder(script_args.data)
@@ -329,7 +329,7 @@ def trainable_value_model(value_adapter: str, model_args: Any, training_args: An
     from peft import PeftModel
 
     from rir_runtime.llm.card import LM, base_model_location, read_card, value_head
-    from train.models import load_base_model
+    from train.common.models import load_base_model
     from train.value import scalar_head_model, value_tokenizer
 
     card = read_card(value_adapter, "value")
@@ -346,13 +346,10 @@ def trainable_value_model(value_adapter: str, model_args: Any, training_args: An
     )
 
 
-def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tuple[Any, dict[str, Any]]:
-    """(OptionGRPOTrainer on the value adapter, the adapter card's fields)."""
-    from rir_runtime.llm.card import LM, value_head
-    from train.distributed import check_launch, main_process_first
-    from train.grpo_common import NoSignalWarning, reward_settings
-    from train.step_phases import OPTION_TIMED, StepPhases
-    from train.value import VALUE_DECISIONS, label_values
+def check_value_launch(training_args: Any) -> None:
+    """What GRPO of a value adapter needs of its launch and arguments: one process, no KL term, the
+    prompt's cache on, batches of whole groups."""
+    from train.common.distributed import check_launch
 
     check_launch(training_args)
     if training_args.world_size > 1:
@@ -372,75 +369,83 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
                 f"{key} ({getattr(training_args, key)}) must be a multiple of num_generations ({generations}) for a "
                 "value adapter: a batch holds whole groups of one point's sampled options"
             )
+    training_args.remove_unused_columns = False
+
+
+def train_and_eval_points(
+    script_args: Any, training_args: Any, with_continue: bool
+) -> tuple[list[OptionPoint], list[OptionPoint] | None]:
+    """The decision points to train on, and the held-out ones where the run evaluates."""
+    from train.common.setup import wants_eval
+
     online = script_args.reward == "online"
-    need_eval = training_args.eval_strategy != "no" or training_args.eval_on_start
+
+    def points(split: str, cap: int | None) -> list[OptionPoint]:
+        return load_points(script_args, split, cap, training_args.seed, online, with_continue)
+
+    held_out = points(script_args.eval_split, script_args.max_eval_samples) if wants_eval(training_args) else None
+    return points(script_args.train_split, script_args.max_train_samples), held_out
+
+
+def hard_points_only(
+    script_args: Any,
+    out: Path,
+    screen: Callable[[list[OptionPoint]], list[OptionPoint]],
+    train_points: list[OptionPoint],
+    eval_points: list[OptionPoint] | None,
+) -> tuple[list[OptionPoint], list[OptionPoint] | None]:
+    """`--hard_points`: the points where the start's served option earns less than the best, kept in
+    output_dir so a resumed run screens none again."""
+    settings = {
+        "hard_points": script_args.hard_points,
+        "value_adapter": script_args.value_adapter,
+        "data": script_args.data,
+        "reward_draws": script_args.reward_draws,
+    }
+    screened = {"train": len(train_points), "eval": len(eval_points or [])}
+    train_points = kept_screen(out / "hard_points-train.json", settings, train_points, screen)
+    if eval_points:
+        eval_points = kept_screen(out / "hard_points-eval.json", settings, eval_points, screen)
+    print(
+        f"hard points: {len(train_points)} of {screened['train']} train and {len(eval_points or [])} of "
+        f"{screened['eval']} held-out decision points, where the start's served option earns less than the best"
+    )
+    for split, kept, cap in (
+        ("train", train_points, "max_train_samples"),
+        ("held-out", eval_points, "max_eval_samples"),
+    ):
+        if kept is not None and not kept:
+            raise UserInputError(
+                f"no {split} decision point where the start's served option falls short of the best: nothing for "
+                f"--hard_points to {'train' if split == 'train' else 'evaluate'} on (set it off, or raise --{cap})"
+            )
+    return train_points, eval_points
+
+
+def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tuple[Any, dict[str, Any]]:
+    """(OptionGRPOTrainer on the value adapter, the adapter card's fields)."""
+    from rir_runtime.llm.card import LM, value_head
+    from train.common.distributed import main_process_first
+    from train.common.grpo_common import NoSignalWarning, online_reward, reward_settings
+    from train.common.step_phases import OPTION_TIMED, StepPhases
+    from train.value import VALUE_DECISIONS, label_values
+
+    check_value_launch(training_args)
     with main_process_first(training_args, "preparing the model and decision points"):
         model, tokenizer, start_card = trainable_value_model(script_args.value_adapter, model_args, training_args)
         decisions = list(start_card.get("decision_types") or VALUE_DECISIONS)
-        with_continue = "review" in decisions  # a Where-only adapter chooses among restores
-        train_points = load_points(
-            script_args,
-            script_args.train_split,
-            script_args.max_train_samples,
-            training_args.seed,
-            online,
-            with_continue,
-        )
-        eval_points = (
-            load_points(
-                script_args,
-                script_args.eval_split,
-                script_args.max_eval_samples,
-                training_args.seed,
-                online,
-                with_continue,
-            )
-            if need_eval
-            else None
-        )
-    training_args.remove_unused_columns = False
-    reward = (
-        OnlineReward(
-            script_args.rollback_cost,
-            script_args.call_cost,
-            script_args.reward_workers,
-            script_args.reward_executor,
-            script_args.reward_draws,
-        )
-        if online
-        else None
-    )
+        # a Where-only adapter chooses among restores
+        train_points, eval_points = train_and_eval_points(script_args, training_args, "review" in decisions)
+    reward = online_reward(script_args)
     lm_head = value_head(start_card) == LM
     if script_args.hard_points != "off":
-        screened = {"train": len(train_points), "eval": len(eval_points or [])}
         judge = reward if script_args.hard_points == "online" else None  # None: the table's values
-        settings = {
-            "hard_points": script_args.hard_points,
-            "value_adapter": script_args.value_adapter,
-            "data": script_args.data,
-            "reward_draws": script_args.reward_draws,
-        }
 
         def screen(points: list[OptionPoint]) -> list[OptionPoint]:
             return missed_points(model, tokenizer, points, lm_head, judge)
 
         out = Path(training_args.output_dir)
-        train_points = kept_screen(out / "hard_points-train.json", settings, train_points, screen)
-        if eval_points:
-            eval_points = kept_screen(out / "hard_points-eval.json", settings, eval_points, screen)
-        print(
-            f"hard points: {len(train_points)} of {screened['train']} train and {len(eval_points or [])} of "
-            f"{screened['eval']} held-out decision points, where the start's served option earns less than the best"
-        )
-        for split, points, cap in (
-            ("train", train_points, "max_train_samples"),
-            ("held-out", eval_points, "max_eval_samples"),
-        ):
-            if points is not None and not points:
-                raise UserInputError(
-                    f"no {split} decision point where the start's served option falls short of the best: nothing for "
-                    f"--hard_points to {'train' if split == 'train' else 'evaluate'} on (set it off, or raise --{cap})"
-                )
+        train_points, eval_points = hard_points_only(script_args, out, screen, train_points, eval_points)
     phases = StepPhases(OPTION_TIMED)  # scoring (the sampling's pass), rewards and backward seconds in the logs
     trainer = OptionGRPOTrainer(
         model=model,
@@ -453,6 +458,15 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
         callbacks=[NoSignalWarning(), *([OnlineRewardLog(reward)] if reward else []), phases],
     )
     phases.attach(trainer)
+    extra = {
+        "value_adapter": script_args.value_adapter,
+        "value_head": value_head(start_card),
+        "label_values": label_values(script_args.data),
+        "rewards": reward_settings(script_args),
+        "decision_points": len(train_points),
+        "spread_only": script_args.spread_only,
+        "hard_points": script_args.hard_points,
+    }
     card = dict(
         base_model=start_card["base_model"],
         base_model_path=start_card["base_path"],
@@ -460,14 +474,6 @@ def build_trainer(script_args: Any, training_args: Any, model_args: Any) -> tupl
         fingerprints={},
         stage="grpo",
         kind="value",
-        extra={
-            "value_adapter": script_args.value_adapter,
-            "value_head": value_head(start_card),
-            "label_values": label_values(script_args.data),
-            "rewards": reward_settings(script_args),
-            "decision_points": len(train_points),
-            "spread_only": script_args.spread_only,
-            "hard_points": script_args.hard_points,
-        },
+        extra=extra,
     )
     return trainer, card

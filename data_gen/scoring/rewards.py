@@ -19,7 +19,7 @@ columns come as keyword lists); each answers None for the other's rows, which TR
 that function's mean. Where the prompt was prefilled with the answer's opening (the `opening`
 column), the completion is read after it.
 
-`view_row` is a `*_sft` row as the rewards read it (the columns of GRPO's dataset, `train/grpo_data.py`);
+`view_row` is a `*_sft` row as the rewards read it (the columns of GRPO's dataset, `train/common/grpo_data.py`);
 `decision_reward` scores one decision on such a row, which is how `rir eval-controller` reports the
 reward GRPO maximises, comparable across adapters and the heuristic.
 """

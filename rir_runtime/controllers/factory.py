@@ -91,7 +91,7 @@ def value_controller(spec: ControllerSpec, backend_factory: BackendFactory | Non
 
     adapter = spec.argument
     card = read_card(adapter, expect="value")
-    margin = card.get("review_threshold", 0.0)  # calibrated as a generative adapter's is (train/calibrate.py)
+    margin = card.get("review_threshold", 0.0)  # calibrated as a generative adapter's is (train/common/calibrate.py)
     if margin is None:  # written before calibration, which did not finish
         raise UserInputError(
             f"value adapter {adapter} has no calibrated margin (training stopped while calibrating): rerun the same "

@@ -1,7 +1,7 @@
 """The adapter card `rir_controller.json`: the one module that names, writes, reads and checks it.
 
 An adapter folder of `rir train` holds the PEFT adapter, the tokenizer and this card, written at the end
-of training (`train/adapter_files.py` fills it): what the adapter is (`kind`: controller, value or
+of training (`train/common/adapter_files.py` fills it): what the adapter is (`kind`: controller, value or
 agent), which base model it was trained on (by a name that holds on another machine, never rir's model
 cache path), which decision types, and the `prompt_format_version` of the renderer that built its
 training data. An adapter only works with prompts rendered the same way, so a version mismatch is an

@@ -91,7 +91,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         cmd = accelerate_command(f"train.{stage.replace('-', '_')}", argv, acc_config)  # agent-sft: agent_sft.py
         print("launching:", shlex.join(cmd), file=sys.stderr)
         return subprocess.call(cmd)
-    from train.args import parse_train_args
+    from train.common.args import parse_train_args
 
     if stage == "agent-sft":
         from train.agent_sft import main as agent_main
@@ -121,7 +121,7 @@ def cmd_calibrate(argv: list[str]) -> int:
     """`rir train calibrate --adapter DIR --data DIR`: the review threshold that training writes into
     the adapter card, fitted again (the adapter's weights are not touched)."""
     from rir_runtime.llm.card import CARD, has_card, read_card
-    from train.calibrate import MIN_ROWS_PER_LABEL, calibrate_review
+    from train.common.calibrate import MIN_ROWS_PER_LABEL, calibrate_review
 
     parser = argparse.ArgumentParser(prog="rir train calibrate", description=cmd_calibrate.__doc__)
     parser.add_argument("--adapter", required=True, help="adapter folder of `rir train sft|dpo|grpo`")

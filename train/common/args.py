@@ -15,7 +15,7 @@ from typing import Any
 
 from rir_runtime.errors import UserInputError, exit_code
 from rir_runtime.llm.card import VALUE_HEADS
-from train.calibrate import MIN_ROWS_PER_LABEL
+from train.common.calibrate import MIN_ROWS_PER_LABEL
 
 DECISION_TYPES = ("review", "locate", "reflect")
 AGENT = "agent"  # the behaviour-cloned base policy (`rir train agent-sft`): its own adapter kind

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rir_runtime.llm.card import CARD, BaseModelRef, describe_base
-from train.args import AGENT
+from train.common.args import AGENT
 
 README = "README.md"
 # The Hub models that registry entries were converted from (the registry serves dequantized GGUF

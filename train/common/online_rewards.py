@@ -39,7 +39,7 @@ from rir_runtime.branching import Forced, Outcome, PointNotReached
 from rir_runtime.decisions import parse
 from rir_runtime.errors import ParseError, UserInputError
 from rir_runtime.orchestration.executors import Session, make_executor
-from train.step_phases import add_to_log
+from train.common.step_phases import add_to_log
 
 logger = logging.getLogger(__name__)
 

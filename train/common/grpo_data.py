@@ -34,7 +34,7 @@ from data_gen.scoring.answers import train_class_weights
 from data_gen.scoring.rewards import view_row
 from rir_runtime.decisions import ANSWER_OPENING
 from rir_runtime.errors import UserInputError
-from train.args import TrainScriptArguments
+from train.common.args import TrainScriptArguments
 
 GRPO_TYPES = ("review", "locate")
 META_KEYS = ("decision", "label", "values", "v_now", "context")
@@ -67,11 +67,11 @@ def load_grpo_datasets(
     script_args: TrainScriptArguments, need_eval: bool, seed: int = 42
 ) -> tuple[Any, Any | None, dict[str, str], list[str]]:
     """(train, eval or None, {"<name>/<split>": fingerprint}, decision types): the GRPO view of the
-    chosen `*_sft` folders, mixed, shuffled and capped like `train.data.load_datasets`. Class
+    chosen `*_sft` folders, mixed, shuffled and capped like `train.common.data.load_datasets`. Class
     weights come from the whole training split, before the cap."""
     from datasets import concatenate_datasets
 
-    from train.data import check_rows, dataset_folders, decision_types_of, load_dataset_dict
+    from train.common.data import check_rows, dataset_folders, decision_types_of, load_dataset_dict
 
     folders = dataset_folders(script_args.data, "sft", script_args.decision_types)
     splits = [script_args.train_split] + ([script_args.eval_split] if need_eval else [])

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rir_runtime.errors import UserInputError
-from train.args import TrainScriptArguments
+from train.common.args import TrainScriptArguments
 
 
 def resolve_base(script_args: TrainScriptArguments, model_args: Any) -> tuple[str, str]:

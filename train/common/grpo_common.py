@@ -40,9 +40,24 @@ class NoSignalWarning(TrainerCallback):
                 print(f"warning: {self.message(args.temperature, args.num_generations)}", flush=True)
 
 
+def online_reward(script_args: Any) -> Any:
+    """With `--reward online`, the one `OnlineReward` that plays every sampled decision out; else None."""
+    if script_args.reward != "online":
+        return None
+    from train.common.online_rewards import OnlineReward
+
+    return OnlineReward(
+        script_args.rollback_cost,
+        script_args.call_cost,
+        script_args.reward_workers,
+        script_args.reward_executor,
+        script_args.reward_draws,
+    )
+
+
 def online_logs(rewards: list[Any]) -> list[Any]:
     """The callback that logs an online reward's restores and seconds (none for table rewards)."""
-    from train.online_rewards import OnlineReward, OnlineRewardLog
+    from train.common.online_rewards import OnlineReward, OnlineRewardLog
 
     return [OnlineRewardLog(r) for r in rewards if isinstance(r, OnlineReward)]
 

@@ -14,7 +14,7 @@ from typing import Any
 from data_gen.build import COLUMNS
 from data_gen.scoring.answers import answer_class
 from rir_runtime.errors import UserInputError
-from train.args import AGENT, DECISION_TYPES, TrainScriptArguments
+from train.common.args import AGENT, DECISION_TYPES, TrainScriptArguments
 
 logger = logging.getLogger(__name__)
 

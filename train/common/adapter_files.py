@@ -1,6 +1,6 @@
 """What a training run writes next to its adapter: the adapter card `rir_controller.json` (a contract,
 owned by `rir_runtime.llm.card`, which validates it before serving the adapter), a Hub model card
-`README.md` (`train/model_card.py`) and the fully resolved configuration.
+`README.md` (`train/common/model_card.py`) and the fully resolved configuration.
 
 The base model is recorded by a name that holds on another machine: a registry name, a hub id, or a
 local folder marked as one (`base_model_source`), never rir's model cache path.
@@ -15,8 +15,8 @@ from typing import Any
 
 from data_gen.build_record import read_build_record
 from rir_runtime.llm.card import CARD, write_card
-from train.args import AGENT
-from train.model_card import README, adapter_readme
+from train.common.args import AGENT
+from train.common.model_card import README, adapter_readme
 
 RESOLVED_CONFIG = "rir_train_config.json"
 
@@ -78,7 +78,7 @@ def data_versions(data: str) -> dict[str, int]:
 def write_adapter_files(
     output_dir: str, card: dict[str, Any], script_args: Any, training_args: Any, model_args: Any
 ) -> None:
-    """The cards and resolved config after training. Where calibration is to follow (`train/run.py`), the
+    """The cards and resolved config after training. Where calibration is to follow (`train/common/run.py`), the
     card says `review_threshold: null` until it writes the threshold, which a `tuned:` controller refuses:
     a run killed in between cannot be served at an uncalibrated 0."""
     calibrate = script_args.calibrates(card["decision_types"])

@@ -13,8 +13,8 @@ from typing import Any
 
 def train_and_save(trainer: Any, card: dict, script_args: Any, training_args: Any, model_args: Any) -> Any:
     """Train `trainer` and save its adapter into output_dir; returns the trainer (state, logs, model)."""
-    from train.crashes import last_checkpoint, oom_advice
-    from train.distributed import end_training
+    from train.common.crashes import last_checkpoint, oom_advice
+    from train.common.distributed import end_training
 
     with oom_advice(training_args):
         trainer.train(resume_from_checkpoint=last_checkpoint(training_args))
@@ -34,8 +34,8 @@ def finish_adapter(output_dir: str, card: dict, script_args: Any, training_args:
     """The files next to the saved adapter (its card says `review_threshold: null` where calibration is to
     follow), then, for a review adapter, the calibration: a training step of its own, which loads the
     adapter just saved and fits its recover/continue threshold on the data's calibration rows."""
-    from train.adapter_files import write_adapter_files
-    from train.calibrate import calibrate_review
+    from train.common.adapter_files import write_adapter_files
+    from train.common.calibrate import calibrate_review
 
     write_adapter_files(output_dir, card, script_args, training_args, model_args)
     if script_args.calibrates(card["decision_types"]):
