@@ -103,24 +103,11 @@ def load_datasets(
 ) -> tuple[Any, Any | None, dict[str, str], list[str]]:
     """(train, eval or None, {"<name>/<split>": fingerprint}, decision types): the chosen dataset
     folders mixed into one train and one eval set, shuffled, extra columns (meta) dropped."""
-    from datasets import concatenate_datasets
-
     folders = dataset_folders(script_args.data, kind, script_args.decision_types)
-    splits = [script_args.train_split] + ([script_args.eval_split] if need_eval else [])
-    parts: dict[str, list[Any]] = {s: [] for s in splits}
-    fingerprints: dict[str, str] = {}
-    for name, folder in folders.items():
-        dd = load_dataset_dict(folder)
-        for split in splits:
-            if split not in dd:
-                fix = ' or set eval_strategy: "no"' if split == script_args.eval_split else ""
-                raise UserInputError(
-                    f"dataset {folder} has no '{split}' split (it has: {', '.join(dd) or 'none'}); "
-                    f"rebuild it with `rir build-data`{fix}"
-                )
-            ds = dd[split]
-            check_rows(name, folder, ds, kind)
-            fingerprints[f"{name}/{split}"] = ds._fingerprint
+    read, fingerprints = read_splits(script_args, folders, kind, need_eval)
+    parts: dict[str, list[Any]] = {split: [] for split in read}
+    for split, named in read.items():
+        for name, ds in named:
             balance = (script_args.balance_review and name.startswith("review_")) or (
                 script_args.balance_locate and name.startswith("locate_")
             )
@@ -131,7 +118,40 @@ def load_datasets(
         parts[script_args.train_split] = mix_to_shares(
             parts[script_args.train_split], script_args.decision_shares, seed, list(folders)
         )
-    out: list[Any] = []  # the train set, then the eval set or None
+    train, held_out = shuffled_and_capped(parts, script_args, folders, seed)
+    return train, held_out, fingerprints, decision_types_of(list(folders))
+
+
+def read_splits(
+    script_args: TrainScriptArguments, folders: dict[str, Path], kind: str, need_eval: bool
+) -> tuple[dict[str, list[tuple[str, Any]]], dict[str, str]]:
+    """({split: [(dataset name, its rows)]}, {"<name>/<split>": fingerprint}) of the train split and,
+    where wanted, the eval split of every folder, each checked for the columns of `kind`."""
+    splits = [script_args.train_split] + ([script_args.eval_split] if need_eval else [])
+    read: dict[str, list[tuple[str, Any]]] = {s: [] for s in splits}
+    fingerprints: dict[str, str] = {}
+    for name, folder in folders.items():
+        dd = load_dataset_dict(folder)
+        for split in splits:
+            if split not in dd:
+                fix = ' or set eval_strategy: "no"' if split == script_args.eval_split else ""
+                raise UserInputError(
+                    f"dataset {folder} has no '{split}' split (it has: {', '.join(dd) or 'none'}); "
+                    f"rebuild it with `rir build-data`{fix}"
+                )
+            check_rows(name, folder, dd[split], kind)
+            fingerprints[f"{name}/{split}"] = dd[split]._fingerprint
+            read[split].append((name, dd[split]))
+    return read, fingerprints
+
+
+def shuffled_and_capped(
+    parts: dict[str, list[Any]], script_args: TrainScriptArguments, folders: dict[str, Path], seed: int
+) -> tuple[Any, Any | None]:
+    """(train, eval or None): each split's parts concatenated, shuffled and capped at its max samples."""
+    from datasets import concatenate_datasets
+
+    out: list[Any] = []
     for split, cap in (
         (script_args.train_split, script_args.max_train_samples),
         (script_args.eval_split, script_args.max_eval_samples),
@@ -148,7 +168,7 @@ def load_datasets(
                 "generate more rollouts or use other decision_types"
             )
         out.append(ds.flatten_indices(keep_in_memory=True))
-    return out[0], out[1], fingerprints, decision_types_of(list(folders))
+    return out[0], out[1]
 
 
 def resample(rows: list[int], want: int, rng: random.Random) -> list[int]:

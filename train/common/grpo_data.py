@@ -69,50 +69,23 @@ def load_grpo_datasets(
     """(train, eval or None, {"<name>/<split>": fingerprint}, decision types): the GRPO view of the
     chosen `*_sft` folders, mixed, shuffled and capped like `train.common.data.load_datasets`. Class
     weights come from the whole training split, before the cap."""
-    from datasets import concatenate_datasets
-
-    from train.common.data import check_rows, dataset_folders, decision_types_of, load_dataset_dict
+    from train.common.data import dataset_folders, decision_types_of, read_splits, shuffled_and_capped
 
     folders = dataset_folders(script_args.data, "sft", script_args.decision_types)
-    splits = [script_args.train_split] + ([script_args.eval_split] if need_eval else [])
-    raw: dict[str, list[Any]] = {s: [] for s in splits}
-    fingerprints: dict[str, str] = {}
-    for name, folder in folders.items():
-        dd = load_dataset_dict(folder)
-        for split in splits:
-            if split not in dd:
-                raise UserInputError(
-                    f"dataset {folder} has no '{split}' split (it has: {', '.join(dd) or 'none'}); "
-                    'rebuild it with `rir build-data`, or set eval_strategy: "no"'
-                )
-            check_rows(name, folder, dd[split], "sft")
-            _check_meta(folder, dd[split])
-            fingerprints[f"{name}/{split}"] = dd[split]._fingerprint
-            raw[split].append(dd[split])
-    metas = [m for ds in raw[script_args.train_split] for m in ds["meta"]]
+    read, fingerprints = read_splits(script_args, folders, "sft", need_eval)
+    for name, ds in (pair for named in read.values() for pair in named):
+        _check_meta(folders[name], ds)
+    metas = [m for _, ds in read[script_args.train_split] for m in ds["meta"]]
     weights = train_class_weights(metas, script_args.balance_review, script_args.balance_locate)
-    out: list[Any] = []
-    for split, cap in (
-        (script_args.train_split, script_args.max_train_samples),
-        (script_args.eval_split, script_args.max_eval_samples),
-    ):
-        if split not in raw:
-            out.append(None)
-            continue
-        parts = [
+    parts = {
+        split: [
             ds.map(view_row, fn_kwargs={"weights": weights}, remove_columns=["completion", "meta"], keep_in_memory=True)
-            for ds in raw[split]
+            for _, ds in named
         ]
-        ds = concatenate_datasets(parts).shuffle(seed=seed, keep_in_memory=True)
-        if cap is not None:
-            ds = ds.select(range(min(cap, len(ds))), keep_in_memory=True)
-        if len(ds) == 0:
-            raise UserInputError(
-                f"the '{split}' split of {', '.join(map(str, folders.values()))} is empty: "
-                "generate more rollouts or use other decision_types"
-            )
-        out.append(ds.flatten_indices(keep_in_memory=True))
-    return out[0], out[1], fingerprints, decision_types_of(list(folders))
+        for split, named in read.items()
+    }
+    train, held_out = shuffled_and_capped(parts, script_args, folders, seed)
+    return train, held_out, fingerprints, decision_types_of(list(folders))
 
 
 def value_summary(ds: Any, weights_from: str = "train split") -> dict[str, Any]:
