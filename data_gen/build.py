@@ -34,6 +34,7 @@ from data_gen.splits import calibration_variations, held_out_variations, split_r
 from data_gen.value_rows import VALUE_DATASET, value_rows
 from rir_runtime.decisions import DecisionKind
 from rir_runtime.errors import UserInputError
+from rir_runtime.orchestration.output_lock import exclusive_output
 from rir_runtime.prompts import DecisionContext, Messages, fit_decision, prompt_format_version
 from rir_runtime.trace import READABLE_SCHEMAS, EpisodeRecord, read_records
 
@@ -129,7 +130,13 @@ def dataset_card(
 
 
 def build(cfg: BuildConfig) -> dict[str, dict[str, int]]:
-    """Label every run, build the six datasets, save them with cards; returns row counts."""
+    """Label every run, build the six datasets, save them with cards; returns row counts. The output
+    folder is this process's while it runs: a second build into it is refused."""
+    with exclusive_output(cfg.out):
+        return _build(cfg)
+
+
+def _build(cfg: BuildConfig) -> dict[str, dict[str, int]]:
     from datasets import Dataset, DatasetDict
     from datasets.utils.logging import disable_progress_bar
 

@@ -28,6 +28,7 @@ from eval.summary import ROOM_BASE, ROOM_BOUND, SUMMARY
 from rir_runtime.controllers import ControllerSpec
 from rir_runtime.errors import UserInputError
 from rir_runtime.orchestration.launch import LAUNCHERS, last_complete_checkpoint, run_training, train_command
+from rir_runtime.orchestration.output_lock import exclusive_output
 from rir_runtime.orchestration.stages import Stages, yaml_settings
 from rir_runtime.policy_spec import NOISY_EXPERT, PolicySpec
 
@@ -211,6 +212,13 @@ def controller_specs(name: str, cfg: PipelineConfig, adapter: Path, value: Path 
 
 # --- the stages, in the order they run ----------------------------------------------------------------------
 def run_pipeline(cfg: PipelineConfig) -> Path:
+    """Every stage in order, each cached; the output folder is this process's while it runs (a second
+    pipeline into it is refused)."""
+    with exclusive_output(cfg.out):
+        return run_stages(cfg)
+
+
+def run_stages(cfg: PipelineConfig) -> Path:
     start = time.perf_counter()
     root = Path(cfg.out)
     stages = Stages(root)

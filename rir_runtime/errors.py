@@ -7,6 +7,7 @@ point: `rir`, and `python -m train.<stage>` with or without accelerate.
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -52,6 +53,26 @@ class ServerError(RIRError):
     """A model server answered with an HTTP error that retrying did not cure; says what to change."""
 
 
+# Errors of the storage a run writes to: expected on shared machines, so one line each, not a traceback.
+STORAGE_ERRORS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EFBIG: "the file size limit was reached",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EROFS: "the file system is read-only",
+}
+
+
+def storage_error(err: OSError) -> str:
+    """The one line a full, read-only or forbidden output gets: what, where, and how to go on."""
+    where = f" writing {err.filename}" if err.filename else ""
+    return (
+        f"{STORAGE_ERRORS[err.errno or 0]}{where}: make room or fix the permissions (or pass another --out), then "
+        "run the same command again; it resumes from what it wrote"
+    )
+
+
 def exit_code(main: Callable[..., Any], *args: Any) -> int:
     """Run an entry point's work: its own exit code (None or anything else that is not an int: 0); an
     error raised on purpose (`RIRError`) is one line on stderr and exit code 2; Ctrl-C is 130."""
@@ -59,6 +80,11 @@ def exit_code(main: Callable[..., Any], *args: Any) -> int:
         code = main(*args)
     except RIRError as err:
         print(f"rir: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        if err.errno not in STORAGE_ERRORS:
+            raise
+        print(f"rir: error: {storage_error(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("rir: interrupted", file=sys.stderr)

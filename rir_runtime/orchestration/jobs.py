@@ -24,6 +24,7 @@ from rir_runtime.errors import UnknownNameError, UserInputError
 from rir_runtime.llm.shared import forget_prefixes, shared_backend
 from rir_runtime.lockstep import Lockstep
 from rir_runtime.orchestration.executors import EXECUTORS, check_executor, make_executor
+from rir_runtime.orchestration.output_lock import exclusive_output
 from rir_runtime.policies import MODES
 from rir_runtime.policy_spec import NOISY_EXPERT, PolicySpec, spellings
 from rir_runtime.recovery import METHODS, PRESETS
@@ -341,8 +342,22 @@ def run_jobs(
     ray_address: str = "",
 ) -> list[EpisodeRecord]:
     """Run the jobs not yet in `out_file`, appending one line per finished episode (in the order they
-    finish; with `executor="ray"` they run on Ray actors and stream back to this process)."""
-    out_file.parent.mkdir(parents=True, exist_ok=True)
+    finish; with `executor="ray"` they run on Ray actors and stream back to this process). The folder is
+    this process's while it runs: a second run into it is refused."""
+    with exclusive_output(out_file.parent):
+        return _run_jobs(jobs, out_file, workers, concurrency, on_record, desc, executor, ray_address)
+
+
+def _run_jobs(
+    jobs: list[EpisodeJob],
+    out_file: Path,
+    workers: int,
+    concurrency: int,
+    on_record: Callable[[EpisodeRecord], None] | None,
+    desc: str,
+    executor: str,
+    ray_address: str,
+) -> list[EpisodeRecord]:
     done_records = read_records(out_file)
     done = {r.episode_id for r in done_records}
     todo = [j for j in jobs if j.episode_id not in done]
@@ -350,9 +365,12 @@ def run_jobs(
         print(f"resuming: {len(jobs) - len(todo)} of {len(jobs)} episodes already in {out_file}", file=sys.stderr)
     drop_partial_tail(out_file)
     new: list[EpisodeRecord] = []
-    with out_file.open("a") as fh, _progress(len(todo), desc) as bar:
+    with out_file.open("ab", buffering=0) as fh, _progress(len(todo), desc) as bar:
         for record in _execute(todo, workers, concurrency, executor, ray_address):
-            append_record(fh, record)
+            try:
+                append_record(fh, record)
+            except OSError as err:  # a full disk: say which file (a write names none)
+                raise OSError(err.errno, err.strerror, str(out_file)) from err
             new.append(record)
             if on_record:
                 on_record(record)

@@ -212,6 +212,12 @@ def drop_partial_tail(path: Path) -> None:
 
 
 def append_record(fh: Any, record: EpisodeRecord) -> None:
-    """One line per finished episode, flushed at once: a kill loses at most the episodes in flight."""
-    fh.write(json.dumps(record.to_json()) + "\n")
+    """One line per finished episode, flushed at once: a kill loses at most the episodes in flight. An
+    unbuffered binary handle (`open(path, "ab", buffering=0)`) keeps nothing back that a full disk could
+    fail again on closing."""
+    line = json.dumps(record.to_json()) + "\n"
+    if "b" in getattr(fh, "mode", ""):
+        fh.write(line.encode())
+        return
+    fh.write(line)
     fh.flush()

@@ -1,0 +1,111 @@
+"""Faults of shared machines, each ending one of two ways: resumed with nothing lost and nothing twice,
+or stopped with one line that names the cause and the way on (exit code 2), never a traceback."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rir_runtime.errors import UserInputError
+from rir_runtime.orchestration.jobs import SelectionConfig, expand_jobs, run_jobs
+from rir_runtime.orchestration.output_lock import LOCK_FILE, exclusive_output
+from rir_runtime.trace import read_records
+
+REPO = Path(__file__).resolve().parent.parent
+EVAL = [sys.executable, "-m", "rir_runtime.cli", "eval", "--env", "builtin", "--tasks", "workshop-2"]
+
+
+def small_selection(out: Path, variations: str = "0-5") -> SelectionConfig:
+    return SelectionConfig(
+        env="builtin", tasks=["workshop-2"], variations=variations, methods=["react", "rir"], out=str(out)
+    )
+
+
+def holder(folder: Path) -> subprocess.Popen:
+    """Another process that holds `folder` until it is killed."""
+    code = (
+        "import sys, time\n"
+        "from rir_runtime.orchestration.output_lock import exclusive_output\n"
+        "with exclusive_output(sys.argv[1], 'rir eval'):\n"
+        "    print('held', flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_writer_is_refused_and_a_dead_ones_lock_is_taken_over(tmp_path: Path) -> None:
+    jobs = expand_jobs(small_selection(tmp_path))
+    first = holder(tmp_path)
+    try:
+        with pytest.raises(UserInputError, match=rf"being written by `rir eval` \(pid {first.pid}\).*another --out"):
+            run_jobs(jobs, tmp_path / "episodes.jsonl")
+        assert not (tmp_path / "episodes.jsonl").exists()
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    records = run_jobs(jobs, tmp_path / "episodes.jsonl")  # the killed holder's lock went with it
+    assert len(records) == len(jobs) == len({r.episode_id for r in read_records(tmp_path / "episodes.jsonl")})
+    assert (tmp_path / LOCK_FILE).read_text() == ""  # released
+
+
+def test_a_process_reenters_a_folder_it_holds(tmp_path: Path) -> None:
+    with exclusive_output(tmp_path), exclusive_output(tmp_path / "."):
+        run_jobs(expand_jobs(small_selection(tmp_path, "0")), tmp_path / "episodes.jsonl")
+
+
+def test_two_evals_started_together_write_each_episode_once(tmp_path: Path) -> None:
+    argv = [*EVAL, "--variations", "0-59", "--methods", "react,rir", "--out", str(tmp_path)]
+    procs = [subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(p.wait(), p.stderr.read() if p.stderr else "") for p in procs]
+    # the later one is refused; or, started after the first had finished, it finds nothing left to run
+    assert sorted(code for code, _ in results) in ([0, 2], [0, 0]), results
+    for code, err in results:
+        assert code == 0 or ("is being written by" in err and "Traceback" not in err), err
+    ids = [json.loads(line)["episode_id"] for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == 120
+
+
+def test_a_full_disk_stops_with_one_line_and_the_rerun_resumes(tmp_path: Path) -> None:
+    """A write limit (RLIMIT_FSIZE) stands in for a full disk: the write fails mid-run."""
+    limited = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (30000, 30000))\n"
+        "from rir_runtime.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    argv = ["eval", "--env", "builtin", "--tasks", "workshop-2", "--variations", "0-29", "--out", str(tmp_path)]
+    argv += ["--methods", "react,rir"]
+    run = subprocess.run([sys.executable, "-c", limited, *argv], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 2, run.stderr[-2000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("rir: error: the file size limit was reached writing ") and "episodes.jsonl" in last
+    assert "resumes" in last and "Traceback" not in run.stderr
+    written = len(read_records(tmp_path / "episodes.jsonl"))
+    assert 0 < written < 60
+    again = subprocess.run([*EVAL[:3], *argv], cwd=REPO, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    ids = [r.episode_id for r in read_records(tmp_path / "episodes.jsonl")]
+    assert len(ids) == len(set(ids)) == 60
+
+
+def test_a_storage_error_is_one_line_naming_the_file(capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+
+    from rir_runtime.errors import exit_code
+
+    def full() -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", "/data/run/episodes.jsonl")
+
+    assert exit_code(full) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rir: error: no space left on the device writing /data/run/episodes.jsonl: make room")
+    with pytest.raises(OSError):  # an OSError that is no storage fault stays a bug report
+        exit_code(lambda: (_ for _ in ()).throw(OSError(errno.ECONNRESET, "reset")))
