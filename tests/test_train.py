@@ -449,6 +449,22 @@ def test_adapter_card_checks(sft_run, tmp_path: Path) -> None:
         read_card(bad)
 
 
+def test_a_truncated_adapter_is_named_corrupt_before_any_episode(sft_run, tmp_path: Path) -> None:
+    from rir_runtime.controllers import check_controller_name
+    from rir_runtime.errors import ModelLoadError
+    from rir_runtime.llm.tuned import load_tuned_model
+
+    src, _ = sft_run
+    cut = tmp_path / "adapter"
+    shutil.copytree(src, cut, ignore=shutil.ignore_patterns("checkpoint-*"))
+    weights = cut / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    for load in (lambda: check_controller_name(f"tuned:{cut}"), lambda: load_tuned_model(cut)):
+        with pytest.raises(ModelLoadError, match=rf"{weights} is corrupt .*cut short") as err:
+            load()
+        assert "does not fit" not in str(err.value)
+
+
 def test_out_of_memory_says_what_to_reduce() -> None:
     from types import SimpleNamespace
 

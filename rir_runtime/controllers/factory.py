@@ -59,9 +59,10 @@ def check_card(expect: str) -> Callable[[ControllerSpec], None]:
     """A check that reads the adapter's card, so a wrong or stale adapter fails before any episode runs."""
 
     def check(spec: ControllerSpec) -> None:
-        from rir_runtime.llm.card import read_card
+        from rir_runtime.llm.card import check_adapter_weights, read_card
 
         read_card(spec.argument, expect=expect)
+        check_adapter_weights(spec.argument)
 
     return check
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rir_runtime.errors import UserInputError
+from rir_runtime.errors import ModelLoadError, UserInputError
 from rir_runtime.llm.registry import MARKER, MODELS, local_path
 from rir_runtime.prompts import prompt_format_version
 
@@ -46,6 +46,23 @@ def value_head(card: dict[str, Any]) -> str:
     if head not in VALUE_HEADS:
         raise UserInputError(f"value adapter card names value_head {head!r}; this rir serves {', '.join(VALUE_HEADS)}")
     return head
+
+
+def check_adapter_weights(folder: str | Path) -> None:
+    """The adapter's weight file, read: a truncated or overwritten file is named as corrupt (it would
+    otherwise fail inside PEFT as a model that does not fit, which sends the user after the wrong cause)."""
+    from safetensors import safe_open
+
+    for path in sorted(Path(folder).expanduser().glob("*.safetensors")):
+        try:
+            with safe_open(str(path), "pt") as weights:
+                weights.keys()
+        except Exception as exc:  # noqa: BLE001 - safetensors' error classes differ by version
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ModelLoadError(
+                f"{path} is corrupt ({why}): the file was cut short or overwritten; copy it again "
+                "from where it was trained, or retrain the adapter with the same `rir train` command"
+            ) from None
 
 
 def read_card(adapter_dir: str | Path, expect: str = "controller") -> dict[str, Any]:

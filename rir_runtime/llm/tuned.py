@@ -17,7 +17,7 @@ from typing import Any
 
 from rir_runtime.errors import ModelLoadError
 from rir_runtime.llm.backends import TransformersBackend
-from rir_runtime.llm.card import SCALAR, base_model_location, read_card, value_head
+from rir_runtime.llm.card import SCALAR, base_model_location, check_adapter_weights, read_card, value_head
 from rir_runtime.llm.device import default_device, set_num_threads, torch_dtype
 from rir_runtime.llm.kv_pool import DEFAULT_POOL_TOKENS
 
@@ -44,6 +44,7 @@ def load_tuned_model(
         raise ModelLoadError(
             f"cannot load the base model '{card['base_model']}' ({where}) of adapter {folder}: {_first_line(exc)}"
         ) from None
+    check_adapter_weights(folder)
     try:
         model = PeftModel.from_pretrained(base, str(folder))
     except Exception as exc:  # noqa: BLE001 - shape/module mismatches become one clear line
