@@ -4,6 +4,7 @@ or stopped with one line that names the cause and the way on (exit code 2), neve
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -109,3 +110,26 @@ def test_a_storage_error_is_one_line_naming_the_file(capsys: pytest.CaptureFixtu
     assert err.startswith("rir: error: no space left on the device writing /data/run/episodes.jsonl: make room")
     with pytest.raises(OSError):  # an OSError that is no storage fault stays a bug report
         exit_code(lambda: (_ for _ in ()).throw(OSError(errno.ECONNRESET, "reset")))
+
+
+def test_an_unknown_model_is_refused_before_any_episode_without_waiting_on_the_hub(tmp_path: Path) -> None:
+    argv = [*EVAL, "--variations", "0-1", "--methods", "react", "--policy", "llm:nosuch/model-xyz"]
+    argv += ["--out", str(tmp_path / "run")]
+    run = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith("rir: error: model 'nosuch/model-xyz' is neither")
+    assert "HF_HUB_OFFLINE is set" in run.stderr
+    assert not (tmp_path / "run").exists()  # refused before the run began
+
+
+def test_an_unreachable_hub_is_said_at_once_for_an_agent_and_a_prompted_controller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rir_runtime.errors import ModelLoadError
+    from rir_runtime.llm import registry
+
+    monkeypatch.setattr(registry, "hub_reachable", lambda: False)
+    with pytest.raises(ModelLoadError, match="cannot be reached and the Hugging Face cache does not hold it"):
+        SelectionConfig(env="builtin", policy="llm:nosuch/model-xyz", out=str(tmp_path))
+    with pytest.raises(ModelLoadError, match="cannot be reached"):
+        SelectionConfig(env="builtin", controller=["prompted:nosuch/model-xyz"], out=str(tmp_path))

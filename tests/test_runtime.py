@@ -11,11 +11,11 @@ import pytest
 from rir_runtime.agent import AgentAction, AgentContext
 from rir_runtime.budgets import Budgets
 from rir_runtime.controllers import (
+    ControllerSpec,
     HeuristicController,
     OracleController,
     PromptedController,
     SignalGatedController,
-    check_controller_name,
     make_controller,
     reflection_for,
 )
@@ -318,9 +318,9 @@ def test_a_gated_controller_asks_its_model_only_when_the_branch_shows_a_failure_
     asked = make_controller("gated:prompted:fake", lambda name: quiet)
     ctx = DecisionContext("t", "goal", "", (), "", 0.0, "agent", (0,))
     assert asked.review(ctx).raw == replies[0] and quiet.calls == 1  # the agent's own request always reaches it
-    check_controller_name("gated:prompted:fake")
+    ControllerSpec.parse("gated:prompted:fake")  # a gate around a model-backed kind
     with pytest.raises(UnknownNameError):
-        check_controller_name("gated:heuristic")  # the gate saves model calls: a rule has none to save
+        ControllerSpec.parse("gated:heuristic")  # the gate saves model calls: a rule has none to save
     with pytest.raises(UnknownNameError):
         make_controller("gated:heuristic")
 
@@ -354,9 +354,9 @@ def test_a_residual_controller_leaves_signalled_reviews_to_the_rule_and_asks_its
     assert residual.review(quiet).raw == replies[0] and backend.calls == 1  # no signal: the model decides
     gated = make_controller("gated:prompted:fake", lambda name: ScriptedBackend(replies))
     assert gated.review(quiet).value.decision == "continue"  # the other gate: quiet branches go on unasked
-    check_controller_name("residual:prompted:fake")
+    ControllerSpec.parse("residual:prompted:fake")
     with pytest.raises(UnknownNameError):
-        check_controller_name("residual:heuristic")
+        ControllerSpec.parse("residual:heuristic")
 
 
 def test_prompted_controller_retries_once_then_falls_back() -> None:

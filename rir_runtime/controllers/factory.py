@@ -79,6 +79,13 @@ def hindsight_draws(arg: str) -> int:
     return int(arg)
 
 
+def check_model(spec: ControllerSpec) -> None:
+    """A prompted controller's model that cannot be had (an unknown name, the Hub unreachable) fails now."""
+    from rir_runtime.llm.factory import check_backend_spec
+
+    check_backend_spec(spec.argument)
+
+
 def check_draws(arg: str) -> None:
     hindsight_draws(arg)
 
@@ -113,7 +120,7 @@ BUILTIN_KINDS = (
         hindsight=True,
         check=lambda spec: check_draws(spec.argument),
     ),
-    ControllerKind("prompted", prompted_controller, "required", "<model>", model_backed=True),
+    ControllerKind("prompted", prompted_controller, "required", "<model>", model_backed=True, check=check_model),
     ControllerKind(
         "tuned",
         tuned_controller,

@@ -40,3 +40,16 @@ def make_backend(spec: str, **kwargs: Any) -> Backend:
         # a plain PEFT adapter (no card) is served unmerged, as it always was
         return load_tuned_backend(spec, expect="agent", merge=has_card(spec), **kwargs)
     return load_transformers_backend(spec, **kwargs)
+
+
+def check_backend_spec(spec: str) -> None:
+    """What can be known of a backend spec before any work starts, in seconds: a hub id that is neither
+    in the Hugging Face cache nor reachable (offline, or `HF_HUB_OFFLINE`) is refused at once, rather
+    than after the run has started and transformers has waited on the Hub."""
+    from rir_runtime.llm.registry import hub_local_only, resolve_model
+
+    if spec.startswith(("openai:", "tuned:")):
+        return
+    name = spec.removeprefix("transformers:")
+    if resolve_model(name).kind == "hub":
+        hub_local_only(name)

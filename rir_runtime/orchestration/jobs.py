@@ -127,7 +127,11 @@ class SelectionConfig:
                 raise UnknownNameError("method", method, list(PRESETS))
         if not self.methods:
             raise ValueError("methods is empty: name at least one of " + ", ".join(METHODS))
-        PolicySpec.parse(self.policy)
+        policy = PolicySpec.parse(self.policy)
+        if policy.is_llm:  # a model that cannot be had fails now, not after the episodes have started
+            from rir_runtime.llm.factory import check_backend_spec
+
+            check_backend_spec(policy.model)
         if not 0.0 <= self.error_rate <= 1.0:
             raise ValueError("error_rate must be within [0, 1]")
         self.budget_agent = str(AgentBudget.parse(self.budget_agent))
