@@ -33,6 +33,10 @@ class UnknownNameError(UserInputError):
         super().__init__(f"unknown {kind} '{name}'.{suggestion} Valid: {shown}.{(' ' + hint) if hint else ''}")
 
 
+class EngineError(RIRError):
+    """A benchmark's engine process died again and again: an infrastructure failure a rerun retries."""
+
+
 class DependencyMissingError(RIRError):
     """A runtime the environment needs (Java, a package) is missing; says how to install it."""
 

@@ -8,11 +8,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from rir_runtime.errors import UserInputError
+from rir_runtime.errors import EngineError, UserInputError
 from rir_runtime.orchestration.jobs import SelectionConfig, expand_jobs, run_jobs
 from rir_runtime.orchestration.output_lock import LOCK_FILE, exclusive_output
 from rir_runtime.trace import read_records
@@ -133,3 +134,65 @@ def test_an_unreachable_hub_is_said_at_once_for_an_agent_and_a_prompted_controll
         SelectionConfig(env="builtin", policy="llm:nosuch/model-xyz", out=str(tmp_path))
     with pytest.raises(ModelLoadError, match="cannot be reached"):
         SelectionConfig(env="builtin", controller=["prompted:nosuch/model-xyz"], out=str(tmp_path))
+
+
+def test_an_engine_that_dies_once_is_restarted_and_its_episode_rerun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The retry around a dying engine (a stand-in death: the real JVM's is the integration test below)."""
+    from rir_runtime.envs.builtin import WorkshopEnv
+
+    jobs = expand_jobs(small_selection(tmp_path, "0-1"))
+    calm = run_jobs(jobs, tmp_path / "calm" / "episodes.jsonl")
+    step, deaths = WorkshopEnv.step, []
+
+    def dies_once(self: WorkshopEnv, action: str):  # type: ignore[no-untyped-def]
+        if not deaths:
+            deaths.append(action)
+            raise ConnectionResetError("engine gone")
+        return step(self, action)
+
+    monkeypatch.setattr(WorkshopEnv, "engine_died", lambda self, err: isinstance(err, ConnectionResetError))
+    monkeypatch.setattr(WorkshopEnv, "step", dies_once)
+    rerun = run_jobs(jobs, tmp_path / "rerun" / "episodes.jsonl")
+    assert deaths and "engine died during" in capsys.readouterr().err
+    assert [strip(r) for r in rerun] == [strip(r) for r in calm]
+
+    monkeypatch.setattr(WorkshopEnv, "step", lambda self, action: (_ for _ in ()).throw(ConnectionResetError()))
+    with pytest.raises(EngineError, match=r"engine died 3 times running .* run the same command again"):
+        run_jobs(jobs, tmp_path / "dead" / "episodes.jsonl")
+
+
+def strip(record) -> dict:  # type: ignore[no-untyped-def]
+    """A record without its timings (they differ from run to run)."""
+    data = record.to_json()
+    return {k: v for k, v in data.items() if not k.endswith(("_s", "seconds"))}
+
+
+@pytest.mark.integration
+def test_a_killed_scienceworld_jvm_is_restarted_and_the_episode_rerun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("scienceworld")
+    from rir_runtime.envs.scienceworld_env import ScienceWorldEnv
+
+    cfg = SelectionConfig(
+        env="scienceworld", tasks=["find-living-thing"], variations="0", methods=["react"], out=str(tmp_path)
+    )
+    jobs = expand_jobs(cfg)
+    calm = run_jobs(jobs, tmp_path / "calm" / "episodes.jsonl")
+    step, kills = ScienceWorldEnv._step_engine, []
+
+    def kill_the_jvm_once(self: ScienceWorldEnv, action: str):  # type: ignore[no-untyped-def]
+        if not kills and len(self._actions) == 3:
+            java = subprocess.run(["pgrep", "-P", str(os.getpid()), "java"], capture_output=True, text=True)
+            kills.extend(int(pid) for pid in java.stdout.split())
+            for pid in kills:
+                os.kill(pid, signal.SIGKILL)
+            time.sleep(0.5)  # the JVM's port closes
+        return step(self, action)
+
+    monkeypatch.setattr(ScienceWorldEnv, "_step_engine", kill_the_jvm_once)
+    rerun = run_jobs(jobs, tmp_path / "rerun" / "episodes.jsonl")
+    assert kills, "no JVM was found to kill"
+    assert [strip(r) for r in rerun] == [strip(r) for r in calm]

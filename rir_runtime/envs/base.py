@@ -155,6 +155,11 @@ class Env(ABC):
     def close(self) -> None:  # noqa: B027 - an optional hook: most engines hold nothing to release
         """Release engine resources."""
 
+    def engine_died(self, err: BaseException) -> bool:
+        """Whether `err` came from the engine's own process dying (a JVM killed by a shared machine's
+        memory pressure, say), which a fresh engine cures, rather than from the episode."""
+        return False
+
     def __enter__(self) -> Env:
         return self
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata as md
 import json
+import logging
 import re
 import shutil
 import subprocess
@@ -210,6 +211,8 @@ class ScienceWorldEnv(ReplayEnv):
         except ImportError:
             raise DependencyMissingError("ScienceWorld is not installed: `pip install scienceworld==1.2.3`") from None
         opts = DETERMINISM_OPTS if _java_accepts(tuple(DETERMINISM_OPTS)) else []
+        # a dead JVM is the runtime's to restart (`Env.engine_died`): py4j's own tracebacks would only bury that
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
         with _launch_lock:  # the package offers no javaopts argument: patch its launcher briefly
             original = sws.launch_gateway
             sws.launch_gateway = functools.partial(original, javaopts=opts)
@@ -327,6 +330,17 @@ class ScienceWorldEnv(ReplayEnv):
             return []
         gold, done = self.gold_actions(), self._actions
         return gold[len(done) :] if gold[: len(done)] == done else []
+
+    def engine_died(self, err: BaseException) -> bool:
+        """py4j's network error anywhere in the chain: the JVM is gone (a server's refusal is not the engine's)."""
+        from py4j.protocol import Py4JNetworkError
+
+        link: BaseException | None = err
+        while link is not None:
+            if isinstance(link, Py4JNetworkError):
+                return True
+            link = link.__cause__ or link.__context__
+        return False
 
     def close(self) -> None:
         if self._sw is not None:

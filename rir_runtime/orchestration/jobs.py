@@ -7,6 +7,7 @@ killed run loses at most the episodes in flight (a partial last line is cut befo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rir_runtime.budgets import AgentBudget, Budgets
 from rir_runtime.controllers.spec import check_controller_name
 from rir_runtime.envs import ENV_CLASSES, Env, TaskSpec, make_env, parse_variations, resolve_tasks
-from rir_runtime.errors import UnknownNameError, UserInputError
+from rir_runtime.errors import EngineError, UnknownNameError, UserInputError
 from rir_runtime.llm.shared import forget_prefixes, shared_backend
 from rir_runtime.lockstep import Lockstep
 from rir_runtime.orchestration.executors import EXECUTORS, check_executor, make_executor
@@ -278,6 +279,14 @@ def job_key(job: EpisodeJob) -> str:
 _THREAD = threading.local()  # one environment per thread: engines are not thread-safe
 
 
+def _forget_env(name: str) -> None:
+    """Drop this thread's engine of `name` (closing what is left of it): the next episode starts a fresh one."""
+    env = getattr(_THREAD, "envs", {}).pop(name, None)
+    if env is not None:
+        with contextlib.suppress(Exception):
+            env.close()
+
+
 def _env(name: str) -> Env:
     envs = getattr(_THREAD, "envs", None)
     if envs is None:
@@ -318,12 +327,30 @@ def runner_for(job: EpisodeJob, kind: type[R]) -> R:
     )
 
 
+ENGINE_RESTARTS = 2  # a dead engine is restarted and its episode rerun this many times, then the run stops
+
+
 def run_job(job: EpisodeJob) -> EpisodeRecord:
-    """Run one episode."""
+    """Run one episode; where the engine's process dies under it, start a fresh engine and run the
+    episode again from its start (an episode is a function of its job), at most ENGINE_RESTARTS times."""
     from rir_runtime.loop import EpisodeRunner
 
-    record = runner_for(job, EpisodeRunner).run(job.task)
-    return record.with_job(episode_id=job.episode_id, seed=job.seed, tag=job.tag, error_rate=job.error_rate)
+    for restart in range(ENGINE_RESTARTS + 1):
+        try:
+            record = runner_for(job, EpisodeRunner).run(job.task)
+            return record.with_job(episode_id=job.episode_id, seed=job.seed, tag=job.tag, error_rate=job.error_rate)
+        except Exception as err:
+            if not _env(job.task.env).engine_died(err):
+                raise
+            _forget_env(job.task.env)
+            if restart == ENGINE_RESTARTS:
+                raise EngineError(
+                    f"the {job.task.env} engine died {ENGINE_RESTARTS + 1} times running {job.episode_id} (an "
+                    "infrastructure failure, not the agent's): run the same command again; the finished episodes "
+                    "are kept and this one is retried"
+                ) from None
+            print(f"warning: the {job.task.env} engine died during {job.episode_id}; restarted it", file=sys.stderr)
+    raise AssertionError("unreachable")
 
 
 def branch_job(job: EpisodeJob, at_review: int, decisions: Sequence[Forced]) -> list[Outcome]:
