@@ -196,3 +196,16 @@ def test_a_killed_scienceworld_jvm_is_restarted_and_the_episode_rerun(
     rerun = run_jobs(jobs, tmp_path / "rerun" / "episodes.jsonl")
     assert kills, "no JVM was found to kill"
     assert [strip(r) for r in rerun] == [strip(r) for r in calm]
+
+
+def test_a_corrupt_dataset_file_is_named(tmp_path: Path) -> None:
+    from datasets import Dataset, DatasetDict
+
+    from train.common.data import load_dataset_dict
+
+    rows = {"prompt": ["a prompt " * 20] * 200, "completion": ["an answer"] * 200}
+    DatasetDict(train=Dataset.from_dict(rows), validation=Dataset.from_dict(rows)).save_to_disk(tmp_path / "review_sft")
+    arrow = next((tmp_path / "review_sft" / "train").glob("*.arrow"))
+    arrow.write_bytes(arrow.read_bytes()[: arrow.stat().st_size // 2])
+    with pytest.raises(UserInputError, match=rf"{arrow} is corrupt .*rebuild it with the same `rir build-data`"):
+        load_dataset_dict(tmp_path / "review_sft")

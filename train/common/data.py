@@ -29,6 +29,12 @@ def load_dataset_dict(folder: Path) -> Any:
     except (FileNotFoundError, ValueError) as err:
         reason = str(err).splitlines()[0]
         raise UserInputError(f"{folder} is not a dataset saved by `rir build-data` ({reason})") from None
+    except OSError as err:  # pyarrow's read of a file cut short
+        culprit = corrupt_arrow_file(folder) or folder
+        raise UserInputError(
+            f"{culprit} is corrupt ({str(err).splitlines()[0]}): a file of the dataset was cut short or overwritten; "
+            "rebuild it with the same `rir build-data` command (its labels are kept, so it resumes)"
+        ) from None
     if isinstance(dd, Dataset):
         raise UserInputError(
             f"{folder} holds one Dataset without splits; it needs a DatasetDict with 'train' and "
@@ -36,6 +42,19 @@ def load_dataset_dict(folder: Path) -> Any:
         )
     assert isinstance(dd, DatasetDict)
     return dd
+
+
+def corrupt_arrow_file(folder: Path) -> Path | None:
+    """The first of the dataset's Arrow files that cannot be read whole, if any."""
+    import pyarrow as pa
+
+    for path in sorted(Path(folder).rglob("*.arrow")):
+        try:
+            with pa.memory_map(str(path)) as source:
+                pa.ipc.open_stream(source).read_all()
+        except (OSError, pa.ArrowInvalid):
+            return path
+    return None
 
 
 def check_rows(name: str, folder: Path, ds: Any, kind: str) -> None:
