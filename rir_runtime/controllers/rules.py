@@ -10,8 +10,15 @@ from rir_runtime.prompts import DecisionContext, ending
 from rir_runtime.signals import ERROR_OBSERVATION
 from rir_runtime.structured import failure_record
 
-# Verbs that only look or move: a failure is rarely caused by them.
+# Verbs that only look or move: a failure is rarely caused by them (shopdb's read tools among them).
 PASSIVE_VERBS = {
+    "query",
+    "lookup_customer",
+    "list_orders",
+    "get_order",
+    "find_product",
+    "get_stock",
+    "list_warehouses",
     "look",
     "inventory",
     "examine",

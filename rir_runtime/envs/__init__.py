@@ -15,6 +15,7 @@ ENV_CLASSES: dict[str, str] = {
     "builtin": "rir_runtime.envs.builtin:WorkshopEnv",
     "scienceworld": "rir_runtime.envs.scienceworld_env:ScienceWorldEnv",
     "textworld-cooking": "rir_runtime.envs.textworld_env:TextWorldCookingEnv",
+    "shopdb": "rir_runtime.envs.shopdb:ShopDBEnv",
 }
 
 __all__ = [

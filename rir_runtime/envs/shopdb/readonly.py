@@ -13,10 +13,11 @@ import sqlite3
 from typing import Any
 
 ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
-#: pragmas that only describe the schema; any pragma given a value is refused
+#: pragmas that only describe the schema (their argument names a table or index); every other is refused
 DESCRIBING_PRAGMAS = {"table_info", "table_xinfo", "table_list", "index_list", "index_info", "foreign_key_list"}
 MAX_ROWS = 30
 MAX_OPCODES = 2_000_000  # SQLite virtual-machine steps one query may take
+SCHEMA_QUERY = "query SELECT name, sql FROM sqlite_master WHERE type = 'table'"
 REFUSED = "query refused: read-only tool, it cannot change the database; use the write tools"
 
 
@@ -28,7 +29,7 @@ class _Guard:
         self.ticks = 0
 
     def authorize(self, code: int, arg1: str | None, arg2: str | None, _db: str | None, _src: str | None) -> int:
-        if code in ALLOWED or (code == sqlite3.SQLITE_PRAGMA and arg1 in DESCRIBING_PRAGMAS and arg2 is None):
+        if code in ALLOWED or (code == sqlite3.SQLITE_PRAGMA and arg1 in DESCRIBING_PRAGMAS):
             return sqlite3.SQLITE_OK
         self.denied = True
         return sqlite3.SQLITE_DENY
@@ -67,7 +68,7 @@ def _run(conn: sqlite3.Connection, sql: str, guard: _Guard) -> tuple[list[str], 
             return REFUSED
         if isinstance(err, sqlite3.OperationalError) and str(err) == "interrupted":
             return "query refused: it ran too long and cannot finish; narrow it down"
-        return f"query failed: {err}. The SQL cannot run; check it against the schema (query SELECT sql FROM sqlite_master)"
+        return f"query failed: {err}. The SQL cannot run; see the schema with: {SCHEMA_QUERY}"
     finally:
         conn.set_authorizer(None)
         conn.set_progress_handler(None, 1000)

@@ -56,7 +56,10 @@ TOOLS: dict[str, ToolSpec] = {
             "move units between warehouses",
         ),
         ToolSpec(
-            "reorder", (("product_id", "id"), ("warehouse_id", "id"), ("qty", "qty")), "append", "place a purchase order"
+            "reorder",
+            (("product_id", "id"), ("warehouse_id", "id"), ("qty", "qty")),
+            "append",
+            "place a purchase order",
         ),
         ToolSpec("deactivate_customer", (("customer_id", "id"),), "append", "close an account"),
         ToolSpec("set_price", (("product_id", "id"), ("amount", "amount")), "set", "a product's catalogue price"),
@@ -113,18 +116,21 @@ def _convert(tool: str, arg: str, kind: ArgKind, text: str) -> Value | Refusal:
         except ValueError:
             return Refusal(f"{tool}: <{arg}> must be a whole number, got '{text}'; the call cannot run")
         if kind == "delta" and number == 0:
-            return Refusal(f"{tool}: <{arg}> cannot be 0")
+            return Refusal(f"{tool}: <{arg}> cannot be 0; the call cannot run")
         if kind != "delta" and number <= 0:
             return Refusal(f"{tool}: <{arg}> must be positive, got {number}; the call cannot run")
         return number
     if kind == "amount":
         cents = parse_cents(text)
         if cents is None or cents <= 0:
-            return Refusal(f"{tool}: <{arg}> must be a positive dollar amount with at most 2 decimals, got '{text}'")
+            return Refusal(
+                f"{tool}: <{arg}> must be a positive dollar amount with at most 2 decimals, got '{text}'; "
+                "the call cannot run"
+            )
         return cents
     choices = TEMPLATES if kind == "template" else TIERS
     if text.lower() not in choices:
-        return Refusal(f"{tool}: unknown {kind} '{text}'; use one of: {', '.join(choices)}")
+        return Refusal(f"{tool}: unknown {kind} '{text}'; use one of: {', '.join(choices)}; the call cannot run")
     return text.lower()
 
 
@@ -137,12 +143,12 @@ def parse(action: str) -> Call | Refusal:
     rest = " ".join(rest.split())
     if spec.args and spec.args[-1][1] == "text":  # a free-text tool takes the rest of the line
         if not rest:
-            return Refusal(f"{spec.name} needs {spec.usage}; the call cannot run without it")
+            return Refusal(f"{spec.name} needs an argument, {spec.usage}; the call cannot run without it")
         return Call(spec, (rest,))
     words = rest.split()
     if len(words) != len(spec.args):
         got = f"'{rest}'" if rest else "nothing"
-        return Refusal(f"{spec.name} takes {len(spec.args)} argument(s), {spec.usage}; got {got}")
+        return Refusal(f"{spec.name} takes {len(spec.args)} argument(s), {spec.usage}; got {got}, so it cannot run")
     values: list[Value] = []
     for (arg, kind), word in zip(spec.args, words, strict=True):
         value = _convert(spec.name, arg, kind, word)
@@ -156,3 +162,14 @@ def canonical(action: str) -> str:
     """The canonical text of a valid call; the stripped action itself otherwise."""
     call = parse(action)
     return call.canonical if isinstance(call, Call) else action.strip()
+
+
+def op(tool: str, *values: Value) -> str:
+    """The canonical text of a call built from typed values (amounts in cents): how plans are written."""
+    return Call(TOOLS[tool], tuple(values)).canonical
+
+
+def kind_of(action: str) -> ToolKind | None:
+    """The kind of the tool `action` calls (None for an invalid action)."""
+    call = parse(action)
+    return call.kind if isinstance(call, Call) else None
