@@ -82,6 +82,10 @@ COMMANDS: dict[str, Command] = {
         "eval.commands.view",
         "one self-contained HTML page of a run: report, episode index, branch trees, side by side",
     ),
+    "export": Command(
+        "eval.commands.export",
+        "an eval run as Inspect AI logs (inspect view, samples_df) and a Hugging Face dataset with a .parquet file",
+    ),
     "trace": Command("rir_runtime.commands.trace", "episode trace files: convert those written by an older rir"),
     "push": Command("train.commands.push", "publish an adapter or a dataset to the Hugging Face Hub (needs a token)"),
     "env": Command("rir_runtime.commands.env", "versions, devices, Java and caches for a bug report (like `trl env`)"),
