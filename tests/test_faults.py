@@ -209,3 +209,20 @@ def test_a_corrupt_dataset_file_is_named(tmp_path: Path) -> None:
     arrow.write_bytes(arrow.read_bytes()[: arrow.stat().st_size // 2])
     with pytest.raises(UserInputError, match=rf"{arrow} is corrupt .*rebuild it with the same `rir build-data`"):
         load_dataset_dict(tmp_path / "review_sft")
+
+
+@pytest.mark.parametrize("tear", ["cut", "zeros", "junk"])
+def test_a_torn_last_record_is_skipped_and_rerun(tmp_path: Path, tear: str) -> None:
+    jobs = expand_jobs(small_selection(tmp_path, "0-2"))
+    path = tmp_path / "episodes.jsonl"
+    run_jobs(jobs[:4], path)
+    data = path.read_bytes()
+    last = data.rstrip(b"\n").rfind(b"\n") + 1
+    torn = {"cut": data[: last + 30], "zeros": data[:last] + b"\0" * 40 + b"\n", "junk": data[:last] + b"\xff\xfe{" * 9}
+    path.write_bytes(torn[tear])
+    with pytest.warns(UserWarning, match="last line"):
+        assert len(read_records(path)) == 3
+    with pytest.warns(UserWarning, match="last line"):
+        records = run_jobs(jobs, path)
+    ids = [r.episode_id for r in read_records(path)]
+    assert len(records) == len(jobs) == len(ids) == len(set(ids))

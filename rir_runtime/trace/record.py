@@ -187,28 +187,47 @@ def read_records(path: Path) -> list[EpisodeRecord]:
 
 
 def iter_records(path: Path) -> Iterator[EpisodeRecord]:
+    """The file's records. Its last line may be torn by a kill (cut short, or overwritten by whatever the
+    disk held): it is skipped with a warning and rerun; a bad line anywhere else is an error."""
     if not path.exists():
         return
-    text = path.read_text()
-    lines = text.split("\n")
-    partial_tail = not text.endswith("\n") and bool(lines[-1].strip())
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        if partial_tail and n == len(lines):
+    data = path.read_bytes()
+    lines = [(n, raw) for n, raw in enumerate(data.split(b"\n"), start=1) if raw.strip()]
+    for i, (n, raw) in enumerate(lines):
+        last = i == len(lines) - 1
+        if last and not data.endswith(b"\n"):
             warnings.warn(f"{path}:{n}: ignoring a partial last line (a killed run); it will be rerun", stacklevel=2)
             return
-        yield parse_line(line, f"{path}:{n}")
+        try:
+            yield parse_line(raw.decode(), f"{path}:{n}")
+        except (UnicodeDecodeError, TraceError) as err:
+            if not last:
+                if isinstance(err, UnicodeDecodeError):
+                    raise TraceError(f"{path}:{n}: not UTF-8 text; the file is corrupt: restore or delete it") from None
+                raise
+            warnings.warn(f"{path}:{n}: ignoring a torn last line (a killed run); it will be rerun", stacklevel=2)
 
 
 def drop_partial_tail(path: Path) -> None:
-    """Cut a partial last line (a run killed mid-write) so the next record starts on a fresh line."""
+    """Cut a torn last line (a run killed mid-write: cut short, or not a record) so the next record
+    starts on a fresh line."""
     if not path.exists() or not path.stat().st_size:
         return
     data = path.read_bytes()
-    if data.endswith(b"\n"):
-        return
-    path.write_bytes(data[: data.rfind(b"\n") + 1])
+    kept = data[: data.rfind(b"\n") + 1]  # a line without its newline was cut short
+    body = kept.rstrip(b"\n")
+    start = body.rfind(b"\n") + 1
+    if body[start:].strip() and not _is_json_object(body[start:]):
+        kept = kept[:start]
+    if kept != data:
+        path.write_bytes(kept)
+
+
+def _is_json_object(raw: bytes) -> bool:
+    try:
+        return isinstance(json.loads(raw.decode()), dict)
+    except (UnicodeDecodeError, ValueError):
+        return False
 
 
 def append_record(fh: Any, record: EpisodeRecord) -> None:
