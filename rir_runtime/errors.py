@@ -37,6 +37,10 @@ class EngineError(RIRError):
     """A benchmark's engine process died again and again: an infrastructure failure a rerun retries."""
 
 
+class WorkerDiedError(RIRError):
+    """A worker process of a run died under it: an infrastructure failure a rerun resumes from."""
+
+
 class DependencyMissingError(RIRError):
     """A runtime the environment needs (Java, a package) is missing; says how to install it."""
 

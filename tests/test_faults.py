@@ -226,3 +226,21 @@ def test_a_torn_last_record_is_skipped_and_rerun(tmp_path: Path, tear: str) -> N
         records = run_jobs(jobs, path)
     ids = [r.episode_id for r in read_records(path)]
     assert len(records) == len(jobs) == len(ids) == len(set(ids))
+
+
+def test_a_killed_worker_stops_the_run_with_one_line_and_the_rerun_resumes(tmp_path: Path) -> None:
+    argv = [*EVAL, "--variations", "0-299", "--methods", "react,rir", "--workers", "2", "--out", str(tmp_path)]
+    path = tmp_path / "episodes.jsonl"
+    proc = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    while proc.poll() is None and (not path.exists() or len(path.read_bytes().splitlines()) < 5):
+        time.sleep(0.2)
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "spawn_main"], capture_output=True, text=True)
+    assert workers.stdout.split(), "no worker process found"
+    os.kill(int(workers.stdout.split()[0]), signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("rir: error: a worker process died")
+    again = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    ids = [r.episode_id for r in read_records(path)]
+    assert len(ids) == len(set(ids)) == 600

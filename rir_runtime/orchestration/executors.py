@@ -31,11 +31,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from rir_runtime.errors import DependencyMissingError, UserInputError
+from rir_runtime.errors import DependencyMissingError, UserInputError, WorkerDiedError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -268,26 +269,33 @@ class Threads:
 
 
 class Processes:
-    """`workers` spawned processes, each holding its worker until the session closes."""
+    """`workers` spawned processes, each holding its worker until the session closes. A worker that
+    dies (killed, out of memory) breaks the pool at once, and the run stops with one line; a pool
+    that replaced it silently would wait forever on the chunk it held."""
 
     def __init__(self, make_worker: WorkerFactory[Any, Any], workers: int) -> None:
         self.workers = workers
         cpu_threads = max(1, (os.cpu_count() or 1) // workers)
-        self.pool = mp.get_context("spawn").Pool(workers, _init_process, (make_worker, cpu_threads))
+        self.pool = ProcessPoolExecutor(
+            workers, mp.get_context("spawn"), initializer=_init_process, initargs=(make_worker, cpu_threads)
+        )
 
     def map(self, items: Sequence[Any]) -> Iterator[Any]:
         def submit(chunk: list[Any]) -> Future[Chunk]:
-            future: Future[Chunk] = Future()
-            self.pool.apply_async(
-                _process_chunk, (chunk,), callback=future.set_result, error_callback=future.set_exception
-            )
-            return future
+            return self.pool.submit(_process_chunk, chunk)
 
-        yield from stream([submit] * self.workers, items)
+        try:
+            yield from stream([submit] * self.workers, items)
+        except BrokenProcessPool:
+            raise WorkerDiedError(
+                "a worker process died (killed, or out of memory): run the same command again; it resumes "
+                "from what was written"
+            ) from None
 
     def close(self) -> None:
-        self.pool.terminate()  # the workers' environments end with their processes
-        self.pool.join()
+        for process in list(getattr(self.pool, "_processes", {}).values()):  # their environments end with them
+            process.terminate()
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 # --- Ray --------------------------------------------------------------------------------------------
