@@ -183,19 +183,26 @@ def test_a_killed_scienceworld_jvm_is_restarted_and_the_episode_rerun(
     calm = run_jobs(jobs, tmp_path / "calm" / "episodes.jsonl")
     step, kills = ScienceWorldEnv._step_engine, []
 
+    def kill_the_jvm() -> None:
+        java = subprocess.run(["pgrep", "-P", str(os.getpid()), "java"], capture_output=True, text=True)
+        kills.extend(int(pid) for pid in java.stdout.split())
+        for pid in java.stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
+        time.sleep(0.5)  # the JVM's port closes
+
     def kill_the_jvm_once(self: ScienceWorldEnv, action: str):  # type: ignore[no-untyped-def]
         if not kills and len(self._actions) == 3:
-            java = subprocess.run(["pgrep", "-P", str(os.getpid()), "java"], capture_output=True, text=True)
-            kills.extend(int(pid) for pid in java.stdout.split())
-            for pid in kills:
-                os.kill(pid, signal.SIGKILL)
-            time.sleep(0.5)  # the JVM's port closes
+            kill_the_jvm()
         return step(self, action)
 
     monkeypatch.setattr(ScienceWorldEnv, "_step_engine", kill_the_jvm_once)
-    rerun = run_jobs(jobs, tmp_path / "rerun" / "episodes.jsonl")
+    rerun = run_jobs(jobs, tmp_path / "rerun" / "episodes.jsonl")  # killed mid-episode
     assert kills, "no JVM was found to kill"
     assert [strip(r) for r in rerun] == [strip(r) for r in calm]
+    monkeypatch.setattr(ScienceWorldEnv, "_step_engine", step)
+    kill_the_jvm()  # between episodes: the next one's first call meets a dead JVM
+    between = run_jobs(jobs, tmp_path / "between" / "episodes.jsonl")
+    assert [strip(r) for r in between] == [strip(r) for r in calm]
 
 
 def test_a_corrupt_dataset_file_is_named(tmp_path: Path) -> None:

@@ -332,15 +332,25 @@ class ScienceWorldEnv(ReplayEnv):
         return gold[len(done) :] if gold[: len(done)] == done else []
 
     def engine_died(self, err: BaseException) -> bool:
-        """py4j's network error anywhere in the chain: the JVM is gone (a server's refusal is not the engine's)."""
-        from py4j.protocol import Py4JNetworkError
+        """py4j's network error anywhere in the chain, or any py4j error while the JVM no longer answers
+        (a JVM that died between episodes fails the next call with a plain `Py4JError`)."""
+        from py4j.protocol import Py4JError, Py4JNetworkError
 
         link: BaseException | None = err
         while link is not None:
             if isinstance(link, Py4JNetworkError):
                 return True
+            if isinstance(link, Py4JError):
+                return not self._jvm_answers()
             link = link.__cause__ or link.__context__
         return False
+
+    def _jvm_answers(self) -> bool:
+        try:
+            self._sw._gateway.jvm.System.currentTimeMillis()
+            return True
+        except Exception:  # noqa: BLE001 - whatever py4j raises, the JVM is gone
+            return False
 
     def close(self) -> None:
         if self._sw is not None:
