@@ -251,3 +251,28 @@ def test_a_killed_worker_stops_the_run_with_one_line_and_the_rerun_resumes(tmp_p
     assert again.returncode == 0, again.stderr[-2000:]
     ids = [r.episode_id for r in read_records(path)]
     assert len(ids) == len(set(ids)) == 600
+
+
+def test_a_checkpoint_with_a_torn_trainer_state_is_passed_over(tmp_path: Path) -> None:
+    from rir_runtime.orchestration.launch import last_complete_checkpoint
+
+    for step, state in ((2, '{"global_step": 2}'), (4, '{"global_step": 4}'), (6, '{"global_st')):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
+    (tmp_path / "checkpoint-8").mkdir()  # a kill before its state was written
+    assert last_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-4"
+
+
+def test_a_full_disk_while_saving_an_adapter_is_a_storage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from rir_runtime.errors import exit_code
+    from train.common.crashes import storage_errors
+
+    def save() -> None:
+        with storage_errors("runs/sft"):
+            raise RuntimeError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "
+                               '"No space left on device" })')  # fmt: skip
+
+    assert exit_code(save) == 2
+    assert capsys.readouterr().err.startswith("rir: error: no space left on the device writing runs/sft: make room")
+    with pytest.raises(RuntimeError, match="other"), storage_errors("runs/sft"):
+        raise RuntimeError("other")

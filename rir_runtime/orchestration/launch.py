@@ -10,6 +10,7 @@ accelerate config, else the machine (one process per GPU), so a shipped config f
 from __future__ import annotations
 
 import functools
+import json
 import re
 import shlex
 import subprocess
@@ -52,14 +53,22 @@ def run_training(what: str, cmd: list[str], label: str = "pipeline") -> None:
 
 
 def last_complete_checkpoint(folder: Path) -> Path | None:
-    """The newest `checkpoint-N` in `folder` whose trainer state was saved. The Trainer writes that file
-    last, so a checkpoint without it is one a kill interrupted, and resuming from it would fail."""
+    """The newest `checkpoint-N` in `folder` whose trainer state was saved whole. The Trainer writes that
+    file last (and not atomically), so a checkpoint without it, or with it cut short, is one a kill
+    interrupted, and resuming from it would fail."""
     steps = {
         int(m.group(1)): p
         for p in folder.glob("checkpoint-*")
-        if (m := re.fullmatch(r"checkpoint-(\d+)", p.name)) and (p / "trainer_state.json").is_file()
+        if (m := re.fullmatch(r"checkpoint-(\d+)", p.name)) and _whole_state(p / "trainer_state.json")
     }
     return steps[max(steps)] if steps else None
+
+
+def _whole_state(path: Path) -> bool:
+    try:
+        return isinstance(json.loads(path.read_text()), dict)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
 
 
 # --- accelerate launch --------------------------------------------------------------------------

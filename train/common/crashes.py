@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,3 +52,22 @@ def oom_advice(training_args: Any) -> Iterator[None]:
             f"gradient_accumulation_steps to keep the effective batch of {effective}, lower max_length, and enable "
             "gradient_checkpointing; then rerun (training resumes from the last checkpoint)"
         ) from err
+
+
+# How safetensors and torch report a full disk or a file-size limit: not as an OSError, as a message.
+STORAGE_MESSAGES = {"os error 28": 28, "No space left on device": 28, "os error 27": 27, "File too large": 27}
+
+
+@contextlib.contextmanager
+def storage_errors(output_dir: str) -> Iterator[None]:
+    """A checkpoint or adapter write that fails for lack of space, reported as the OSError it is (one
+    line at the CLI: make room, then rerun; training resumes from its last whole checkpoint)."""
+    try:
+        yield
+    except OSError:
+        raise
+    except Exception as err:  # noqa: BLE001 - safetensors' and torch's own error classes
+        code = next((n for text, n in STORAGE_MESSAGES.items() if text in str(err)), None)
+        if code is None:
+            raise
+        raise OSError(code, os.strerror(code), output_dir) from err

@@ -7,27 +7,37 @@ threshold, and shut the distributed run down.
 from __future__ import annotations
 
 import shutil
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 
 def train_and_save(trainer: Any, card: dict, script_args: Any, training_args: Any, model_args: Any) -> Any:
     """Train `trainer` and save its adapter into output_dir; returns the trainer (state, logs, model)."""
-    from train.common.crashes import last_checkpoint, oom_advice
+    from rir_runtime.orchestration.output_lock import exclusive_output
     from train.common.distributed import end_training
 
-    with oom_advice(training_args):
-        trainer.train(resume_from_checkpoint=last_checkpoint(training_args))
+    # one run per output folder: its first process holds it (a second run would resume from the first's
+    # checkpoints and train past max_steps)
+    held = exclusive_output(training_args.output_dir) if trainer.accelerator.is_main_process else nullcontext()
+    with held:
+        _train_and_save(trainer, card, script_args, training_args, model_args)
+    trainer.accelerator.print(f"adapter saved to {training_args.output_dir}")
+    end_training(trainer)  # finish trackers, destroy the process group
+    return trainer
 
-    trainer.save_model(training_args.output_dir)  # adapter + tokenizer
+
+def _train_and_save(trainer: Any, card: dict, script_args: Any, training_args: Any, model_args: Any) -> None:
+    from train.common.crashes import last_checkpoint, oom_advice, storage_errors
+
+    with oom_advice(training_args), storage_errors(training_args.output_dir):
+        trainer.train(resume_from_checkpoint=last_checkpoint(training_args))
+        trainer.save_model(training_args.output_dir)  # adapter + tokenizer
     if trainer.accelerator.is_main_process:
         # DPO and GRPO (beta > 0) keep a frozen "ref" copy of the starting adapter: not part of the result
         shutil.rmtree(Path(training_args.output_dir) / "ref", ignore_errors=True)
         trainer.save_state()  # trainer_state.json: the loss (and GRPO's reward) curve
         finish_adapter(training_args.output_dir, card, script_args, training_args, model_args)
-    trainer.accelerator.print(f"adapter saved to {training_args.output_dir}")
-    end_training(trainer)  # finish trackers, destroy the process group
-    return trainer
 
 
 def finish_adapter(output_dir: str, card: dict, script_args: Any, training_args: Any, model_args: Any) -> None:
