@@ -66,6 +66,7 @@ STORAGE_ERRORS = {
     errno.ENOSPC: "no space left on the device",
     errno.EDQUOT: "disk quota exceeded",
     errno.EFBIG: "the file size limit was reached",
+    errno.EIO: "a write was cut short (a full disk or a file-size limit)",
     errno.EACCES: "permission denied",
     errno.EPERM: "operation not permitted",
     errno.EROFS: "the file system is read-only",
@@ -81,17 +82,28 @@ def storage_error(err: OSError) -> str:
     )
 
 
+def close_progress_bars() -> None:
+    """Close open tqdm bars now, so the error line is the last one printed (not a bar closed at exit)."""
+    tqdm = sys.modules.get("tqdm")
+    if tqdm is None:
+        return
+    for bar in list(getattr(tqdm.tqdm, "_instances", ())):
+        bar.close()
+
+
 def exit_code(main: Callable[..., Any], *args: Any) -> int:
     """Run an entry point's work: its own exit code (None or anything else that is not an int: 0); an
     error raised on purpose (`RIRError`) is one line on stderr and exit code 2; Ctrl-C is 130."""
     try:
         code = main(*args)
     except RIRError as err:
+        close_progress_bars()
         print(f"rir: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:
         if err.errno not in STORAGE_ERRORS:
             raise
+        close_progress_bars()
         print(f"rir: error: {storage_error(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

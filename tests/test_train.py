@@ -465,6 +465,31 @@ def test_a_truncated_adapter_is_named_corrupt_before_any_episode(sft_run, tmp_pa
         assert "does not fit" not in str(err.value)
 
 
+def test_a_run_whose_last_checkpoint_holds_max_steps_saves_it_without_training_further(
+    sft_run, data: Path, tmp_path: Path
+) -> None:
+    """A kill between the last checkpoint and the saved adapter (or a second run into a finished folder):
+    the Trainer, resumed from a checkpoint at max_steps, would take one step more."""
+    from safetensors.torch import load_file
+
+    from train import sft
+
+    src, _ = sft_run
+    out = tmp_path / "adapter"
+    out.mkdir()
+    shutil.copytree(src / "checkpoint-2", out / "checkpoint-2")  # killed before the adapter was saved
+    argv = ["--config", str(REPO / "configs/train/sft_cpu_quick.yaml"), *FAST, "--data", str(data),
+            "--output-dir", str(out), "--max-steps", "2", "--save_strategy", "steps", "--save_steps", "1",
+            "--eval_strategy", "no"]  # fmt: skip
+    trainer = sft.main(*parse("sft", argv))
+    assert trainer.state.global_step == 2 and not (out / "checkpoint-3").exists()
+    saved, kept = (
+        load_file(out / "adapter_model.safetensors"),
+        load_file(out / "checkpoint-2" / "adapter_model.safetensors"),
+    )
+    assert saved.keys() == kept.keys() and all((saved[k] == kept[k]).all() for k in saved)
+
+
 def test_out_of_memory_says_what_to_reduce() -> None:
     from types import SimpleNamespace
 

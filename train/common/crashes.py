@@ -5,6 +5,7 @@ out-of-memory crash turned into one error that says which setting to reduce.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 from collections.abc import Iterator
@@ -55,7 +56,14 @@ def oom_advice(training_args: Any) -> Iterator[None]:
 
 
 # How safetensors and torch report a full disk or a file-size limit: not as an OSError, as a message.
-STORAGE_MESSAGES = {"os error 28": 28, "No space left on device": 28, "os error 27": 27, "File too large": 27}
+STORAGE_MESSAGES = {
+    "os error 28": errno.ENOSPC,
+    "No space left on device": errno.ENOSPC,
+    "os error 27": errno.EFBIG,
+    "File too large": errno.EFBIG,
+    "file write failed": errno.EIO,  # torch.save's writer, cut short
+    "unexpected pos": errno.EIO,
+}
 
 
 @contextlib.contextmanager

@@ -31,13 +31,36 @@ def _train_and_save(trainer: Any, card: dict, script_args: Any, training_args: A
     from train.common.crashes import last_checkpoint, oom_advice, storage_errors
 
     with oom_advice(training_args), storage_errors(training_args.output_dir):
-        trainer.train(resume_from_checkpoint=last_checkpoint(training_args))
+        start = last_checkpoint(training_args)
+        if start and finished(start, training_args.max_steps):
+            load_finished(trainer, start)
+        else:
+            trainer.train(resume_from_checkpoint=start)
         trainer.save_model(training_args.output_dir)  # adapter + tokenizer
     if trainer.accelerator.is_main_process:
         # DPO and GRPO (beta > 0) keep a frozen "ref" copy of the starting adapter: not part of the result
         shutil.rmtree(Path(training_args.output_dir) / "ref", ignore_errors=True)
         trainer.save_state()  # trainer_state.json: the loss (and GRPO's reward) curve
         finish_adapter(training_args.output_dir, card, script_args, training_args, model_args)
+
+
+def finished(checkpoint: str, max_steps: int) -> bool:
+    """Whether a checkpoint already holds the run's last step. Resumed from it, the Trainer would take
+    one step more before it checks the step count (a run killed between its last checkpoint and the
+    saved adapter, or a second run into a finished folder, would end past max_steps)."""
+    import json
+
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    return max_steps > 0 and int(state.get("global_step", 0)) >= max_steps
+
+
+def load_finished(trainer: Any, checkpoint: str) -> None:
+    """The finished checkpoint's weights and state in `trainer`, as if it had just trained them."""
+    from transformers import TrainerState
+
+    trainer._load_from_checkpoint(checkpoint)  # the adapter's weights (the Trainer's own resume path)
+    trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
+    trainer.accelerator.print(f"{checkpoint} holds the last of max_steps: its adapter is saved, not trained further")
 
 
 def finish_adapter(output_dir: str, card: dict, script_args: Any, training_args: Any, model_args: Any) -> None:
