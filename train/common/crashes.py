@@ -63,6 +63,7 @@ STORAGE_MESSAGES = {
     "File too large": errno.EFBIG,
     "file write failed": errno.EIO,  # torch.save's writer, cut short
     "unexpected pos": errno.EIO,
+    "iostream error": errno.EIO,  # torch.save's C++ stream, cut short
 }
 
 
