@@ -276,3 +276,25 @@ def test_a_full_disk_while_saving_an_adapter_is_a_storage_error(capsys: pytest.C
     assert capsys.readouterr().err.startswith("rir: error: no space left on the device writing runs/sft: make room")
     with pytest.raises(RuntimeError, match="other"), storage_errors("runs/sft"):
         raise RuntimeError("other")
+
+
+def test_a_write_stopped_short_is_finished_or_fails_never_left_torn(tmp_path: Path) -> None:
+    """An unbuffered write may stop short at a size limit and return the bytes it wrote; the record's
+    remaining bytes are written, or the next write raises (EFBIG), never a torn line and exit code 0."""
+    from rir_runtime.trace import append_record
+
+    record = run_jobs(expand_jobs(small_selection(tmp_path, "0"))[:1], tmp_path / "episodes.jsonl")[0]
+
+    class ShortWrites:
+        mode = "ab"
+
+        def __init__(self) -> None:
+            self.data = b""
+
+        def write(self, chunk: memoryview) -> int:
+            self.data += bytes(chunk[:7])
+            return min(7, len(chunk))
+
+    fh = ShortWrites()
+    append_record(fh, record)
+    assert fh.data == (tmp_path / "episodes.jsonl").read_bytes()

@@ -236,7 +236,9 @@ def append_record(fh: Any, record: EpisodeRecord) -> None:
     fail again on closing."""
     line = json.dumps(record.to_json()) + "\n"
     if "b" in getattr(fh, "mode", ""):
-        fh.write(line.encode())
+        data = memoryview(line.encode())
+        while data:  # an unbuffered write may stop short at a size limit; the next one raises
+            data = data[fh.write(data) :]
         return
     fh.write(line)
     fh.flush()
