@@ -95,6 +95,9 @@ class EpisodeToLabel:
     source: str
     point_ids: frozenset[str]  # not cached, and not an earlier episode's (an id is labelled once)
     value_source: tuple[EpisodeRecord, str] | None  # agent values: the episode whose agent they continue
+    # cached points of this episode whose label recovers to a checkpoint: they took their turn at the
+    # episode's `reflect_points`, so a resumed point gets reflections exactly when it did uninterrupted
+    cached_recoveries: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,14 @@ def episodes_to_label(
         run = str(Path(source).resolve())
         value_source = first.setdefault(value_key(record, run), (record, run))
         agent_values = cfg.label_value_of(source) != "expert"
-        todo.append(EpisodeToLabel(record, source, ids, value_source if agent_values else None))
+        recovered = frozenset(p.id for p in mine if p.id in done and recovers(done[p.id]))
+        todo.append(EpisodeToLabel(record, source, ids, value_source if agent_values else None, recovered))
     return todo
+
+
+def recovers(label: dict[str, Any]) -> bool:
+    """Whether a label (as cached) recovers to a checkpoint: the points that get reflections."""
+    return label.get("restore") is not None and label.get("review") == "recover"
 
 
 class Labeller:
@@ -141,6 +150,7 @@ class Labeller:
         labels, skipped, reflected = [], [], 0
         for point in decision_points(record, item.source)[-cfg.points_per_episode :]:
             if point.id not in item.point_ids:
+                reflected += point.id in item.cached_recoveries
                 continue
             agent = agent_value(self.values, *item.value_source, cfg, self.out) if item.value_source else None
             try:
@@ -148,7 +158,7 @@ class Labeller:
             except RIRError as err:
                 skipped.append(f"skipping {point.id}: {err}")
                 continue
-            if label.restore is not None and label.review == "recover" and reflected < cfg.reflect_points:
+            if recovers({"restore": label.restore, "review": label.review}) and reflected < cfg.reflect_points:
                 reflected += 1
                 label.reflections = [
                     (c, retry_success(env, label, c, cfg.reflect_retries, record.error_rate))

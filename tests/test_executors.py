@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -308,3 +309,26 @@ def test_a_killed_ray_eval_resumes_to_the_local_executors_records(ray_cluster: N
     assert [{k: strip_timing(v) for k, v in table.items()} for table in tables] == [
         {k: strip_timing(v) for k, v in tables[1].items()}
     ] * 2
+
+
+def test_a_relabelled_point_gets_the_reflections_it_got_uninterrupted(run_dir: Path, tmp_path: Path) -> None:
+    """Only an episode's first `reflect_points` recoveries get reflections: a point relabelled after a
+    kill (its episode's other labels cached) must count the cached ones, or it gets reflections it did
+    not have uninterrupted."""
+    build(BuildConfig(rollouts=[str(run_dir)], out=str(tmp_path / "whole")))
+    whole = labels(tmp_path / "whole")
+    rows = [json.loads(line) for line in (tmp_path / "whole" / "labels.jsonl").read_text().splitlines()]
+    episodes: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        episodes.setdefault(row["point_id"].rsplit("#", 1)[0], []).append(row)
+    recoveries = [
+        [r for r in mine if r["review"] == "recover" and r["restore"] is not None] for mine in episodes.values()
+    ]
+    late = next(mine[1] for mine in recoveries if len(mine) > 1)  # its episode's second recovery: no reflections
+    assert not late["reflections"]
+    (tmp_path / "resumed").mkdir()
+    kept = [r for r in rows if r["point_id"] != late["point_id"]]
+    (tmp_path / "resumed" / "labels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    shutil.copy(tmp_path / "whole" / "labels.json", tmp_path / "resumed" / "labels.json")
+    build(BuildConfig(rollouts=[str(run_dir)], out=str(tmp_path / "resumed")))
+    assert labels(tmp_path / "resumed") == whole
