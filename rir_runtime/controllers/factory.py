@@ -86,8 +86,9 @@ def check_model(spec: ControllerSpec) -> None:
     check_backend_spec(spec.argument)
 
 
-def check_draws(arg: str) -> None:
-    hindsight_draws(arg)
+def check_draws(spec: ControllerSpec) -> None:
+    """`oracle-agent:<K>`'s K, checked before any episode runs."""
+    hindsight_draws(spec.argument)
 
 
 def value_controller(spec: ControllerSpec, backend_factory: BackendFactory | None = None) -> Controller:
@@ -118,7 +119,7 @@ BUILTIN_KINDS = (
         argument="optional",
         placeholder="<K>",
         hindsight=True,
-        check=lambda spec: check_draws(spec.argument),
+        check=check_draws,
     ),
     ControllerKind("prompted", prompted_controller, "required", "<model>", model_backed=True, check=check_model),
     ControllerKind(
