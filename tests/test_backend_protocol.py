@@ -76,9 +76,10 @@ def test_concurrent_episodes_through_batching_decide_as_one_at_a_time(tiny: Tran
     batched = PromptedController(wrapper, "prompted:tiny")
     got: dict[int, list] = {}
     group = Lockstep()
+    group.reserve(4)  # counted before any thread starts, so a slow start cannot leave the first alone
 
     def episode(i: int) -> None:
-        with group.member():
+        with group.member(reserved=True):
             got[i] = [(d.kind, d.value, d.meta.get("ranked")) for d in _decide(batched, contexts[i])]
 
     threads = [threading.Thread(target=episode, args=(i,)) for i in range(4)]
