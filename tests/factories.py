@@ -1,4 +1,4 @@
-"""Hand-built episode records for tests of the readers (summary, pairing, replay), and a stand-in
+"""Hand-built episode records for tests of the readers (summary, pairing, replay), stand-ins for a model, and a stand-in
 OpenAI-compatible chat server."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -72,3 +73,38 @@ def chat_server(handler: type[ChatHandler], monkeypatch: pytest.MonkeyPatch) -> 
         yield f"http://127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
+
+
+# --- stand-ins for a model ------------------------------------------------------------------------------
+@dataclass
+class FakeCompletion:
+    text: str
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+
+
+class ScriptedBackend:
+    """Replies from a fixed list (then repeats the last): a narrow stand-in for a model."""
+
+    supports_scoring = False
+    name = "scripted"
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies, self.calls = replies, 0
+
+    def generate(self, prompts, **kwargs):
+        reply = self.replies[min(self.calls, len(self.replies) - 1)]
+        self.calls += 1
+        return [FakeCompletion(reply) for _ in prompts]
+
+
+@dataclass
+class Margin:
+    """Scores recover vs continue with a fixed log-odds margin: a narrow stand-in for a model."""
+
+    margin: float
+    name: str = "margin"
+    supports_scoring: bool = True
+
+    def score(self, prompt, continuations):
+        return [self.margin if "recover" in c else 0.0 for c in continuations]

@@ -24,6 +24,7 @@ pytest.importorskip("accelerate")
 
 from rir_runtime.errors import UserInputError  # noqa: E402
 from rir_runtime.orchestration import launch  # noqa: E402
+from tests.training import write_data
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "configs" / "accelerate").glob("*.yaml"))
@@ -223,7 +224,6 @@ def test_two_cpu_processes_match_one_at_the_same_global_batch(tmp_path: Path) ->
     """LoRA SFT of tiny-random-llama: 2 gloo processes x 2 rows against 1 process x 4 rows, per-step loss.
     Two decision types whose completions differ in length, so the token-mean loss must average across
     processes by tokens, not by process."""
-    from tests.test_train import write_data
 
     data = write_data(tmp_path / "data", n_train=8, n_val=2)
     steps = 4  # 16 train rows at a global batch of 4: one epoch

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,8 @@ from rir_runtime.controllers import PromptedController, make_controller
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError
 from rir_runtime.prompts import DecisionContext, prompt_format_version, render_decision
+from tests.factories import Margin
+from tests.training import FAST, REPO, parse
 
 CTX = DecisionContext("t", "goal", "", (Step(0, "look", "x", 0.0),), "x", 0.0, "schedule", (0, 1))
 
@@ -51,18 +52,6 @@ def test_auroc_within_a_benchmark_ignores_an_offset_between_benchmarks() -> None
     assert auroc_within(labels, scores, envs) == 2 / 4
     assert auroc_within(labels, scores, ["tw"] * 3 + ["sw", "x", "y"]) == 0.0  # groups with one class count not
     assert auroc_within([True, False], [1.0, 0.0], ["a", "b"]) is None
-
-
-@dataclass
-class Margin:
-    """Scores recover vs continue with a fixed log-odds margin: a narrow stand-in for a model."""
-
-    margin: float
-    name: str = "margin"
-    supports_scoring: bool = True
-
-    def score(self, prompt, continuations):
-        return [self.margin if "recover" in c else 0.0 for c in continuations]
 
 
 @pytest.mark.parametrize(
@@ -161,7 +150,6 @@ def test_calibration_writes_the_threshold_that_tuned_controllers_use(tmp_path: P
     controller built from `tuned:<dir>` decides with it."""
     from datasets import Dataset, DatasetDict
 
-    from tests.test_train import FAST, REPO, parse
     from train import sft
 
     data = tmp_path / "data"

@@ -22,7 +22,7 @@ from rir_runtime.errors import UnknownNameError, UserInputError
 from rir_runtime.orchestration.jobs import SelectionConfig, expand_jobs, run_jobs
 from rir_runtime.prompts import DecisionContext
 from rir_runtime.trace.events import ReviewEvent
-from tests.test_runtime import ScriptedBackend
+from tests.factories import ScriptedBackend
 
 
 @pytest.mark.parametrize(

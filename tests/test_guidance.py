@@ -23,6 +23,7 @@ from rir_runtime.memory import ReflectionMemory
 from rir_runtime.policies import LLMPolicy
 from rir_runtime.recovery import PRESETS
 from rir_runtime.trace import GuidanceEvent, replay
+from tests.factories import FakeCompletion
 
 SEEN = "You are at the bench. A knife lies here."
 FAILURE = Failure(f"after seeing: {SEEN}", "take knife", "the knife cut you", "do not 'take knife' here")
@@ -121,8 +122,6 @@ class Replies:
     supports_scoring: bool = False
 
     def generate(self, prompts, **kwargs):
-        from tests.test_runtime import FakeCompletion
-
         return [FakeCompletion(self.replies.pop(0))]
 
 

@@ -11,6 +11,7 @@ import pytest
 from rir_runtime.branching import Forced
 from rir_runtime.orchestration.jobs import EpisodeJob, branch_job
 from rir_runtime.trace import replay
+from tests.training import FAST
 from train.common.online_rewards import OnlineReward, forced_decision
 
 
@@ -169,7 +170,6 @@ ONLINE_CONFIGS = sorted(
 @pytest.mark.parametrize("config", ONLINE_CONFIGS, ids=[c.stem for c in ONLINE_CONFIGS])
 def test_shipped_online_config_builds_and_trains_one_step(config: Path, data: Path, tmp_path: Path) -> None:
     """GPU configs too (vLLM off: this is a CPU), on the tiny model, from a fresh LoRA adapter."""
-    from tests.test_train import FAST
 
     argv = ["--config", str(config), *FAST, "--sft_adapter", "null", "--data", str(data), "--use_vllm", "false",
             "--reward_workers", "1", "--output_dir", str(tmp_path / "out"), "--max_steps", "1",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pytest
 
@@ -31,6 +31,7 @@ from rir_runtime.policies import NoisyExpertPolicy
 from rir_runtime.prompts import DecisionContext, fit_decision
 from rir_runtime.recovery import PRESETS, ReviewSchedule, segments
 from rir_runtime.trace import read_records
+from tests.factories import FakeCompletion, Margin, ScriptedBackend
 
 TASKS = [TaskSpec("builtin", "workshop-3", "dev", v) for v in range(40)]
 DEFAULT_BUDGETS = Budgets()
@@ -281,28 +282,6 @@ def test_budgets_are_never_exceeded(method: str, budgets: Budgets) -> None:
         assert r.agent_calls <= budgets.agent and r.recoveries <= budgets.rollback
 
 
-@dataclass
-class FakeCompletion:
-    text: str
-    prompt_tokens: int = 10
-    completion_tokens: int = 5
-
-
-class ScriptedBackend:
-    """Replies from a fixed list (then repeats the last): a narrow stand-in for a model."""
-
-    supports_scoring = False
-    name = "scripted"
-
-    def __init__(self, replies: list[str]) -> None:
-        self.replies, self.calls = replies, 0
-
-    def generate(self, prompts, **kwargs):
-        reply = self.replies[min(self.calls, len(self.replies) - 1)]
-        self.calls += 1
-        return [FakeCompletion(reply) for _ in prompts]
-
-
 def test_a_gated_controller_asks_its_model_only_when_the_branch_shows_a_failure_signal() -> None:
     replies = ['{"decision": "continue", "reason": "fine"}']
     quiet, noisy = ScriptedBackend(replies), ScriptedBackend(replies)
@@ -327,8 +306,6 @@ def test_a_gated_controller_asks_its_model_only_when_the_branch_shows_a_failure_
 
 def test_a_ranked_reviews_margin_is_kept_in_the_trace_and_a_rules_is_not() -> None:
     """The margin lets a threshold be refitted on the agent's own online reviews."""
-    from tests.test_controller_quality import Margin
-
     task = TASKS[0]
     ranked = run("rir", task, PromptedController(Margin(-3.0), "prompted:fake"), Budgets(agent=60, rollback=3), 0.0)
     scheduled = [e for e in events(ranked, "review") if e.trigger == "schedule"]

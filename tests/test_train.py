@@ -15,42 +15,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from rir_runtime.envs.checkpoints import Step  # noqa: E402
 from rir_runtime.errors import UserInputError  # noqa: E402
-from rir_runtime.prompts import PROMPT_FORMAT_VERSION, DecisionContext, render_decision  # noqa: E402
+from rir_runtime.prompts import PROMPT_FORMAT_VERSION  # noqa: E402
+from tests.training import ANSWERS, FAST, PROMPT_BUDGET, REPO, decision_prompt, parse, write_data  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 # GRPO configs take other keys (num_generations, ...): tests/test_grpo.py trains each of them
 # GRPO and value configs train other models (tests/test_grpo.py, tests/test_value_controller.py)
 TRAIN_CONFIGS = sorted(
     c for c in (REPO / "configs" / "train").glob("*.yaml") if not c.name.startswith(("grpo_", "value_"))
 )
-FAST = [
-    "--model",
-    "tiny-random-llama",
-    "--use_cpu",
-    "true",
-    "--bf16",
-    "false",
-    "--dtype",
-    "float32",
-    "--gradient_checkpointing",
-    "false",
-    "--report_to",
-    "none",
-    "--dataloader_num_workers",
-    "0",
-    "--max_eval_samples",
-    "6",
-    "--logging_steps",
-    "1",
-    "--save_strategy",
-    "no",
-    "--eval_on_start",
-    "false",
-    "--disable_tqdm",
-    "true",
-]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -62,70 +35,9 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-# --- data ---------------------------------------------------------------------------------------
-def _prompt(kind: str, i: int) -> list[dict[str, str]]:
-    steps = (Step(0, "take apple", "You take the apple.", 10.0), Step(1, f"chill apple {i}", "Done.", 20.0))
-    ctx = DecisionContext(
-        task="workshop-3",
-        objective="Chill the apple.",
-        memory="",
-        history=steps,
-        observation="Done.",
-        score=20.0,
-        admissible=(0, 1, 2),
-        segments=((0, 3),),
-        segment=(0, 3),
-        restore_point=1,
-    )
-    return render_decision(kind, ctx, max_steps=2)  # type: ignore[arg-type]
-
-
-ANSWERS = {  # decision type: (rendered kind, chosen, rejected)
-    "review": ("review", '{"decision": "recover", "reason": "lost"}', '{"decision": "continue", "reason": ""}'),
-    "locate": ("locate_fine", '{"step": 1}', '{"step": 2}'),
-    "reflect": ("reflect", '{"env_knowledge": [], "milestones": [], "failure": null}', '{"env_knowledge": ["x"]}'),
-}
-
-
-PROMPT_BUDGET = 300  # what the test data's build.json says its prompts were fitted to
-
-
-def write_data(root: Path, n_train: int = 8, n_val: int = 4, drop: tuple[str, str] | None = None) -> Path:
-    """`<root>/<type>_sft` and `<type>_pref` DatasetDicts; `drop=(split|column, name)` breaks them."""
-    from datasets import Dataset, DatasetDict
-
-    def msg(text: str) -> list[dict[str, str]]:
-        return [{"role": "assistant", "content": text}]
-
-    for dtype, (kind, good, bad) in ANSWERS.items():
-        for fmt in ("sft", "pref"):
-            splits = {}
-            for split, n in (("train", n_train), ("validation", n_val)):
-                rows = []
-                for i in range(n):
-                    meta = {"env": "builtin", "task": "workshop-3", "decision": kind, "step": i}
-                    tail = {"completion": msg(good)} if fmt == "sft" else {"chosen": msg(good), "rejected": msg(bad)}
-                    rows.append({"prompt": _prompt(kind, i), **tail, "meta": meta})
-                ds = Dataset.from_list(rows)
-                if drop and drop[0] == "column" and drop[1] in ds.column_names:
-                    ds = ds.remove_columns(drop[1])
-                if not (drop and drop[0] == "split" and drop[1] == split):
-                    splits[split] = ds
-            DatasetDict(splits).save_to_disk(str(root / f"{dtype}_{fmt}"))
-    (root / "build.json").write_text(json.dumps({"config": {"max_prompt_tokens": PROMPT_BUDGET}}))
-    return root
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_data(tmp_path_factory.mktemp("data"))
-
-
-def parse(stage: str, argv: list[str]):
-    from train import dpo, sft
-    from train.common.args import parse_train_args
-
-    return parse_train_args((sft if stage == "sft" else dpo).make_parser(), argv)
 
 
 # --- SFT --------------------------------------------------------------------------------------
@@ -202,7 +114,7 @@ def test_sft_trains_lora_only_and_changes_outputs(sft_run) -> None:
             assert torch.equal(param.detach().cpu(), base_params[key].detach()), f"base weight {key} changed"
     assert lora_b > 0
 
-    messages = _prompt("review", 0)
+    messages = decision_prompt("review", 0)
     answer = ANSWERS["review"][1]
     tuned = load_tuned_backend(str(out), merge=False, device="cpu")
     plain = load_transformers_backend("tiny-random-llama")

@@ -18,6 +18,7 @@ from rir_runtime.controllers.value import ValueController
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.errors import UserInputError
 from rir_runtime.prompts import DecisionContext
+from tests.training import FAST
 from train.value import balanced_pairs, contrast
 
 HISTORY = (
@@ -202,21 +203,6 @@ def test_the_served_score_is_the_one_the_reward_trainer_trains() -> None:
 
 
 # --- rir train value, end to end ------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def value_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from data_gen.build import build
-    from data_gen.build_config import BuildConfig
-    from data_gen.rollout import RolloutConfig, rollout
-
-    root = tmp_path_factory.mktemp("value")
-    rollout(RolloutConfig(env="builtin", tasks=["workshop-3"], split="train", variations="0-11", methods=["rir"],
-                          budget_agent="40", budget_rollback=1, review_interval=8, error_rate=0.3,
-                          out=str(root / "rollout")))  # fmt: skip
-    build(BuildConfig(rollouts=[str(root / "rollout")], out=str(root / "data"), label_value="agent-lesson",
-                      bisect=False, value_rollouts=1, value_max_steps=40))  # fmt: skip
-    return root / "data"
-
-
 def test_value_pairs_rank_options_by_the_agents_own_values(value_data: Path) -> None:
     from datasets import load_from_disk
 
@@ -269,7 +255,6 @@ VALUE_CONFIGS = sorted((Path(__file__).parent.parent / "configs" / "train").glob
 @pytest.mark.parametrize("config", VALUE_CONFIGS, ids=[c.stem for c in VALUE_CONFIGS])
 def test_shipped_value_config_builds_and_trains_one_step(config: Path, value_data: Path, tmp_path: Path) -> None:
     """GPU configs too, on the tiny model on CPU: a typo or an incompatible option fails here."""
-    from tests.test_train import FAST
     from train import value
     from train.common.args import parse_train_args
 
@@ -284,7 +269,6 @@ def test_shipped_value_config_builds_and_trains_one_step(config: Path, value_dat
 
 
 def test_value_training_takes_one_way_of_picking_its_pairs(value_data: Path, tmp_path: Path) -> None:
-    from tests.test_train import FAST
     from train import value
     from train.common.args import parse_train_args
 
@@ -303,7 +287,6 @@ def test_lora_on_the_top_layers_leaves_the_lower_layers_frozen_and_out_of_the_ba
 ) -> None:
     import torch
 
-    from tests.test_train import FAST
     from train import value
     from train.common.args import parse_train_args
 
@@ -404,7 +387,6 @@ def test_rir_train_value_with_the_lm_head_serves_option_log_probabilities(value_
 
 
 def test_the_lm_head_takes_no_pair_balancing(value_data: Path, tmp_path: Path) -> None:
-    from tests.test_train import FAST
     from train import value
     from train.common.args import parse_train_args
 
@@ -421,7 +403,6 @@ def test_a_value_model_of_the_where_alone_learns_recoveries_and_leaves_the_when_
 ) -> None:
     from rir_runtime.cli import main as rir
     from rir_runtime.controllers import HeuristicController
-    from tests.test_train import FAST
     from train import value
     from train.common.args import parse_train_args
 
@@ -456,7 +437,6 @@ def test_a_value_model_of_the_where_alone_learns_recoveries_and_leaves_the_when_
 def test_a_build_without_a_point_to_learn_from_says_so(value_data: Path, tmp_path: Path) -> None:
     from datasets import load_from_disk
 
-    from tests.test_train import FAST
     from train import value
     from train.common.args import parse_train_args
 

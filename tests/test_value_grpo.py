@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_value_controller import value_data  # noqa: F401 - the module's fixture, shared
-
 TINY = ["--model", "tiny-random-llama", "--use_cpu", "true", "--bf16", "false", "--report_to", "none",
         "--lora_target_modules", "q_proj", "v_proj"]  # fmt: skip
 
