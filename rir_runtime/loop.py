@@ -253,6 +253,7 @@ class EpisodeRunner:
                 won=result.won,
                 lost=result.lost,
                 injected_error=act.injected_error,
+                changes=tuple(result.info.get("changes", ())),
             )
         )
         if result.done:

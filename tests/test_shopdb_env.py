@@ -9,6 +9,7 @@ import pytest
 from rir_runtime.budgets import Budgets
 from rir_runtime.controllers import HeuristicController
 from rir_runtime.envs import TaskSpec, make_env
+from rir_runtime.envs.base import ColumnChange, RowChange
 from rir_runtime.envs.checker import check_env
 from rir_runtime.envs.checkpoints import CheckpointStore, Step
 from rir_runtime.envs.shopdb import ShopDBEnv
@@ -151,6 +152,29 @@ def test_loud_mistake_changes_nothing_and_still_counts(shop: ShopDBEnv) -> None:
     assert "refused" in result.observation and "CHECK constraint failed" in result.observation
     assert shop.db_hash() == before and len(shop.checkpoint().actions) == steps + 1
     assert shop.expert_actions() == plan[i:]
+
+
+def test_a_write_reports_the_rows_it_changed(shop: ShopDBEnv) -> None:
+    """The step info names each row a write changed (what the trace keeps and the viewer shows): a set
+    column with its old and new value, an appended ledger row; a refused write and a read report none."""
+    shop.reset(spec("return-refund", 2))
+    plan = shop.expert_actions()
+    i = first_write(shop, ("record_return",))
+    play(shop, plan[:i])
+    line, qty = plan[i].split()[1:]
+    (change,) = shop.step(plan[i]).info["changes"]
+    assert (change.table, change.key, change.op) == ("order_lines", f"line_id={line}", "update")
+    (returned,) = change.columns
+    assert returned.column == "returned_qty" and int(returned.after or "") - int(returned.before or "") == int(qty)
+    j = first_write(shop, ("refund",))
+    play(shop, shop.expert_actions()[:j])
+    order, amount = shop.expert_actions()[0].split()[1:]
+    (refund,) = shop.step(shop.expert_actions()[0]).info["changes"]
+    cents = str(round(float(amount) * 100))
+    row = (ColumnChange("order_id", None, order), ColumnChange("amount_cents", None, cents))
+    assert refund == RowChange("refunds", "", "insert", row)
+    assert shop.step(f"refund {order} 999999").info == {}  # refused: nothing changed
+    assert shop.step(f"get_order {order}").info == {}
 
 
 def test_restore_across_a_sent_email_is_refused(shop: ShopDBEnv) -> None:

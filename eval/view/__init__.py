@@ -6,9 +6,10 @@
 The page holds the report (summary.json's tables, the folder's plots), an index of every episode
 (filtered in the browser by method, controller, task and outcome), and one page per episode, drawn
 only when opened: its branch tree with the restores as arrows back to their checkpoints, its timeline
-(steps, reviews, locates, reflections with the memory after them, restores, guidance), and the same
-episode under every other method and controller of the run, side by side, with the first action where
-they differ marked. Records are read through the typed trace (`read_records`, `replay`).
+(steps, with a database env's SQL and changed rows; reviews, locates, reflections with the memory after
+them, restores, guidance), and the same episode under every other method and controller of the run,
+side by side, with the first action where they differ marked. Records are read through the typed trace
+(`read_records`, `replay`).
 """
 
 from __future__ import annotations

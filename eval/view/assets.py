@@ -22,6 +22,15 @@ section { background: #fff; border: 1px solid var(--line); border-radius: 6px; p
 h2 { font-size: 16px; margin: 0 0 8px; }
 h3 { font-size: 14px; margin: 12px 0 6px; }
 table { border-collapse: collapse; font-size: 13px; }
+h2 { overflow-wrap: anywhere; }
+#report table { max-width: 100%; }
+#report table { font-size: 12px; }
+#report th, #report td { padding: 3px 6px; }
+#report td.name, #report td.ci { white-space: nowrap; }
+.legend.names { overflow-wrap: anywhere; }
+#report tr.named td { font-weight: 600; background: #f3f6fd; }
+.legend.names ul { margin: 2px 0 8px; padding-left: 18px; }
+.note { color: var(--muted); font-size: 12px; margin: 0 0 4px; }
 th, td { border-bottom: 1px solid var(--line); padding: 3px 8px; text-align: left; vertical-align: top; }
 th { background: var(--bg); position: sticky; top: 0; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
@@ -258,7 +267,9 @@ JS = r"""
     step: function (e, b) {
       add(b, el("span", "action", e.action));
       add(b, el("span", "at", "  score " + e.score + (e.flag ? " [" + e.flag + "]" : "")));
+      if (e.sql) { add(kv(b, "SQL", ""), el("code", "", e.sql)); }
       add(b, el("div", "obs", e.observation));
+      list(b, "rows changed", e.changes);
     },
     review: function (e, b) {
       kv(b, "trigger", e.trigger);

@@ -15,6 +15,7 @@ from dataclasses import fields
 from typing import Any
 
 from eval.paired import pairing_key
+from eval.view.database import step_fields
 from rir_runtime.decisions import Failure, Reflection
 from rir_runtime.envs.checkpoints import Step
 from rir_runtime.memory import MemorySnapshot
@@ -130,7 +131,7 @@ def timeline(record: EpisodeRecord, tree: dict[str, Any]) -> list[dict[str, Any]
             here = next(arrows, {"to": here})["to"]
         elif isinstance(event, ReviewEvent) and nodes[here].get("review") != "recover":
             nodes[here]["review"] = event.decision
-        rows.append({"kind": event.type, "t": event.t, **event_fields(event)})
+        rows.append({"kind": event.type, "t": event.t, **event_fields(event), **step_fields(record.env, event)})
     return rows
 
 

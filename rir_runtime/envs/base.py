@@ -61,7 +61,8 @@ class StepResult:
     `score` is the benchmark's running score (ScienceWorld 0..100, negative on fatal failure;
     TextWorld points). `won` is task completion, `lost` an unrecoverable failure inside the branch.
     `info["irreversible_side_effect"] = True` declares an external side effect that no restore can
-    undo; checkpoints from before it become inadmissible.
+    undo; checkpoints from before it become inadmissible. `info["changes"]`, a tuple of `RowChange`,
+    lists the rows a database env's step changed; the loop keeps them on the step event.
     """
 
     observation: str
@@ -71,6 +72,59 @@ class StepResult:
     won: bool
     lost: bool
     info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ColumnChange:
+    """One column of a changed row, as text; None for the side an insert or a delete does not have."""
+
+    column: str
+    before: str | None
+    after: str | None
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """One row a step changed in a database env, kept in the trace so that a reader sees what a write did
+    without replaying it. `op` is insert, update or delete; `key` names the row ("line_id=102"; "" for a
+    row without a stable key, such as a ledger row); `columns` holds every column of an inserted or deleted
+    row and the changed columns of an updated one."""
+
+    table: str
+    key: str
+    op: str
+    columns: tuple[ColumnChange, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "key": self.key, "op": self.op, "columns": [vars(c) for c in self.columns]}
+
+    @classmethod
+    def from_json(cls, data: Any) -> RowChange:
+        """The change from its JSON object; ValueError names what is malformed (the trace reader wraps it)."""
+        ok = (
+            isinstance(data, dict)
+            and set(data) == {"table", "key", "op", "columns"}
+            and isinstance(data["table"], str)
+            and isinstance(data["key"], str)
+            and data["op"] in ("insert", "update", "delete")
+            and isinstance(data["columns"], list)
+        )
+        if not ok:
+            raise ValueError(f"a row change is {{table, key, op (insert, update or delete), columns}}, got {data!r}")
+        return cls(data["table"], data["key"], data["op"], tuple(_column(c) for c in data["columns"]))
+
+
+def _column(data: Any) -> ColumnChange:
+    """One `ColumnChange` read back from JSON: the column's name, and its values as text or null."""
+    ok = (
+        isinstance(data, dict)
+        and set(data) == {"column", "before", "after"}
+        and isinstance(data["column"], str)
+        and all(data[side] is None or isinstance(data[side], str) for side in ("before", "after"))
+    )
+    if not ok:
+        raise ValueError(f"a column change is {{column, before, after}} as text, got {data!r}")
+    return ColumnChange(data["column"], data["before"], data["after"])
 
 
 @dataclass(frozen=True)

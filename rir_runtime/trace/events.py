@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from rir_runtime.decisions import Reflection
+from rir_runtime.envs.base import RowChange
 from rir_runtime.memory import MemorySnapshot
 
 
@@ -76,7 +77,27 @@ class StepEvent(Event):
     won: bool = False
     lost: bool = False
     injected_error: bool = False  # the error-injected expert's deliberate mistake (ground truth)
+    changes: tuple[RowChange, ...] = ()  # the rows a database env's step changed (`StepResult.info`)
     type: ClassVar[str] = "step"
+    _NESTED: ClassVar[frozenset[str]] = frozenset({"changes"})
+
+    def to_json(self) -> dict[str, Any]:
+        """Without `changes` when there are none: most envs report none, and their lines stay as they were."""
+        data = super().to_json()
+        if not self.changes:
+            del data["changes"]
+        return data
+
+    @classmethod
+    def _nested(cls, name: str, value: Any) -> Any:
+        if value is None:  # a Parquet row (`rir export`) holds null for a step that changed nothing
+            return ()
+        if not isinstance(value, list):
+            raise TraceFormatError(f"'step' event: changes must be a list, got {value!r}")
+        try:
+            return tuple(RowChange.from_json(v) for v in value)
+        except ValueError as err:
+            raise TraceFormatError(f"'step' event: {err}") from None
 
 
 @dataclass(frozen=True)

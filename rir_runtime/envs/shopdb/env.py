@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass, replace
+from typing import Any
 
 from rir_runtime.envs.base import Observation, ReplayEnv, Snapshot, Split, StepResult, TaskSpec
 from rir_runtime.envs.shopdb import schema
 from rir_runtime.envs.shopdb.expert import admissible, pending, remaining_writes, with_reads
-from rir_runtime.envs.shopdb.grading import content_hash, read_rows, tally
+from rir_runtime.envs.shopdb.grading import changes, content_hash, read_rows, tally
 from rir_runtime.envs.shopdb.reads import run_read
 from rir_runtime.envs.shopdb.scenario import SPLIT_SEED_BASE, VARIATIONS_PER_SPLIT, Scenario, scenario
 from rir_runtime.envs.shopdb.tasks import TASKS
@@ -118,6 +119,7 @@ class ShopDBEnv(ReplayEnv):
             text = run_read(self._conn, call)
             self._state = replace(self._state, seen=self._state.seen | {call.canonical.casefold()})
             return self._result(text)
+        before = read_rows(self._conn)
         try:
             if call.kind == "external":
                 text = check_external(self._conn, call)
@@ -126,7 +128,9 @@ class ShopDBEnv(ReplayEnv):
         except Refused as err:
             return self._result(str(err))
         self._state = replace(self._state, made=self._state.made + (call.canonical,))
-        return self._result(text, irreversible=call.kind == "external")
+        if call.kind == "external":  # the outbox, not the database: no row changes, and no restore may cross it
+            return self._result(text, info={"irreversible_side_effect": True})
+        return self._result(text, info={"changes": changes(before, read_rows(self._conn))})
 
     def _finish(self) -> StepResult:
         sc = self.scenario
@@ -140,8 +144,14 @@ class ShopDBEnv(ReplayEnv):
         return self._result(text, lost=True, score=score)
 
     def _result(
-        self, text: str, won: bool = False, lost: bool = False, score: float | None = None, irreversible: bool = False
+        self,
+        text: str,
+        won: bool = False,
+        lost: bool = False,
+        score: float | None = None,
+        info: dict[str, Any] | None = None,
     ) -> StepResult:
+        """The step's result; `info` carries an external call's irreversibility or a write's changed rows."""
         if score is None:
             score = MAX_SCORE if won else self._progress()
         return StepResult(
@@ -151,7 +161,7 @@ class ShopDBEnv(ReplayEnv):
             done=won or lost,
             won=won,
             lost=lost,
-            info={"irreversible_side_effect": True} if irreversible else {},
+            info=info or {},
         )
 
     def _progress(self) -> float:

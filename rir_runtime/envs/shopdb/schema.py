@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 from datetime import date
 from decimal import Decimal, InvalidOperation
+from functools import cache
 
 TODAY = date(2024, 6, 30)  # the shop's "today": fixed, so a variation never depends on the clock
 
@@ -172,6 +173,16 @@ KEY_COLUMNS = {
 #: append-only ledgers: compared as multisets of rows without their surrogate id, so two correct
 #: writes done in another order than the gold plan's still match
 LEDGERS = ("refunds", "loyalty_ledger", "stock_moves", "purchase_orders")
+
+
+@cache
+def columns(table: str) -> tuple[str, ...]:
+    """A table's column names in order, read once from the schema (a row change names its columns)."""
+    conn = connect()
+    create(conn)
+    names = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
+    conn.close()
+    return names
 
 
 def connect() -> sqlite3.Connection:
