@@ -8,7 +8,7 @@ export RIR_CACHE_DIR ?= $(CURDIR)/.cache/rir
 # Idle OpenMP threads spin by default; on a small shared CPU that makes 2 threads slower than 1.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: install test test-fast demo lint clean
+.PHONY: install test test-fast demo lint browser chromium inspect-env clean
 
 install: $(STAMP)
 
@@ -45,6 +45,29 @@ demo: $(STAMP)
 # mypy reads its settings (packages, strictness, third-party modules without types) from pyproject.toml.
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
+
+# Headless Chromium and Playwright for the layout checks of `rir view` (bench/report_width.py and
+# tests/test_report_width.py, which is skipped without them): Debian's chromium where apt-get is there and
+# we are root, Playwright (the `browser` extra, pinned in the constraints) into the venv. Not part of `make test`.
+CHROMIUM_APT := apt-get install -y --no-install-recommends chromium
+
+browser: $(STAMP) chromium
+	$(PIP) -c requirements/constraints.txt playwright
+
+chromium:
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		$(CHROMIUM_APT) || { apt-get update && $(CHROMIUM_APT); }; \
+	else echo "make chromium: install Chromium yourself (Debian: $(CHROMIUM_APT)) or set RIR_CHROMIUM to one"; fi
+
+# Inspect AI cannot share .venv's pins (docs/contracts.md, Exports), so it gets an environment of its own:
+# `rir export --format inspect` and bench/inspect_view.py run with .venv-inspect/bin/.
+INSPECT_VENV := .venv-inspect
+
+inspect-env: chromium
+	test -x $(INSPECT_VENV)/bin/python || $(PYTHON) -m venv $(INSPECT_VENV)
+	$(INSPECT_VENV)/bin/pip install -q --no-compile torch==2.13.0
+	$(INSPECT_VENV)/bin/pip install -q --no-compile -e ".[inspect,browser]"
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache

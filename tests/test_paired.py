@@ -158,7 +158,9 @@ def test_report_marks_a_significant_difference_and_lists_every_pair(tmp_path) ->
     assert "+30.0 pts" in rows["self-refine/heuristic"] and "*" not in rows["self-refine/heuristic"]
     assert f"{2 / 2**8:.3g}*" in rows["rir/heuristic vs react"]
     assert "*" not in rows["self-refine/heuristic vs react"]
-    assert "rir/heuristic vs self-refine/heuristic" in rows
+    pairs = [key for key in rows if " vs " in key][1:]  # after the header
+    assert pairs[0] == "**rir/heuristic vs self-refine/heuristic** (headline)"  # RIR against the best other method
+    assert len(pairs) == 3
 
 
 def test_table_of_a_summary_without_paired_tests_has_no_comparison_column() -> None:

@@ -237,6 +237,6 @@ def test_the_report_tables_and_plots_are_embedded(run: Path, tmp_path) -> None:
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     (tmp_path / "success_rate.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     page = render_run(tmp_path).read_text()
-    assert "<td>rir/heuristic</td>" in page and "Paired comparisons" in page
+    assert '<td class="name">rir/heuristic</td>' in page and "Paired comparisons" in page
     assert 'src="data:image/png;base64,iVBORw0KGgo=' in page
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page

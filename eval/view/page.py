@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from eval.names import legend, summary_names
+from eval.report import LEGEND_NOTE, PairOrder
 from eval.view.assets import CSS, JS
 
 _JSON_ESCAPES = {
@@ -69,33 +71,96 @@ _METHOD_COLUMNS = {
     "wall_s": "wall s",
 }
 _PAIRED_COLUMNS = ("a", "b", "episodes", "a_only", "b_only", "both", "neither", "diff", "p_value", "significant")
+_NAME_COLUMNS = ("a", "b")  # method keys, shown by their short labels
+_NAMED = ' class="named"'  # the headline's and the room's rows
+_CI = ' class="ci"'  # an interval, kept on one line
 
 
-def cell(value: Any) -> str:
-    """One table cell: numbers right-aligned and rounded, a rate as a percentage, the rest as text."""
+def cell(value: Any, key: str = "") -> str:
+    """One table cell (`key`: its summary.json field): numbers right-aligned and rounded, a rate as a
+    percentage, the rest as text."""
     if isinstance(value, bool) or value is None:
         return f"<td>{esc('-' if value is None else ('yes' if value else 'no'))}</td>"
     if isinstance(value, int | float):
-        return f'<td class="num">{esc(f"{value:.4g}")}</td>'
+        return f'<td class="num">{esc(_number(value, key))}</td>'
     if isinstance(value, list):
-        return f"<td>{esc(' - '.join(str(v) for v in value))}</td>"
+        return f"<td{_CI if key == 'success_ci95' else ''}>{esc(_interval(value, key))}</td>"
     return f"<td>{esc(value)}</td>"
 
 
-def methods_table(methods: dict[str, Any]) -> str:
+def _number(value: float, key: str) -> str:
+    """A rate as a percentage and a difference in points, as report.md writes them; others to 4 digits."""
+    if key == "success_rate":
+        return f"{value:.1%}"
+    return f"{value * 100:+.1f} pts" if key == "diff" else f"{value:.4g}"
+
+
+def _interval(values: list[Any], key: str) -> str:
+    """A confidence interval as `[lo%, hi%]`; any other list as its items."""
+    if key == "success_ci95" and len(values) == 2 and all(isinstance(v, int | float) for v in values):
+        return f"[{values[0]:.1%}, {values[1]:.1%}]"
+    return " - ".join(str(v) for v in values)
+
+
+def name_cell(key: Any, labels: dict[str, str]) -> str:
+    """A method key's cell: its short label, with the full key on hover where the label is shorter."""
+    label = labels.get(str(key), str(key))
+    title = f' title="{esc(key)}"' if label != str(key) else ""
+    return f'<td class="name"{title}>{esc(label)}</td>'
+
+
+def methods_table(methods: dict[str, Any], labels: dict[str, str]) -> str:
     stats = {k: v if isinstance(v, dict) else {} for k, v in methods.items()}
     keys = [k for k in _METHOD_COLUMNS if any(k in v for v in stats.values())]
     keys += [k for v in stats.values() for k in v if k not in _METHOD_COLUMNS and k not in keys]
     keys = list(dict.fromkeys(keys))
     head = "".join(f"<th>{esc(_METHOD_COLUMNS.get(k, k.replace('_', ' ')))}</th>" for k in keys)
-    rows = [f"<tr><td>{esc(m)}</td>" + "".join(cell(v.get(k)) for k in keys) + "</tr>" for m, v in stats.items()]
+    rows = [
+        "<tr>" + name_cell(m, labels) + "".join(cell(v.get(k), k) for k in keys) + "</tr>" for m, v in stats.items()
+    ]
     return f"<table><thead><tr><th>method</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def paired_table(paired: list[Any]) -> str:
-    head = "".join(f"<th>{esc(c.replace('_', ' '))}</th>" for c in _PAIRED_COLUMNS)
-    rows = ["<tr>" + "".join(cell(p.get(c)) for c in _PAIRED_COLUMNS) + "</tr>" for p in paired if isinstance(p, dict)]
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+def names_legend(labels: dict[str, str]) -> str:
+    """The shortened labels with their full keys, under the methods table (as report.md has them)."""
+    items = "".join(f"<li><b>{esc(label)}</b>: {esc(key)}</li>" for label, key in legend(labels))
+    return f'<div class="legend names">{esc(LEGEND_NOTE)}<ul>{items}</ul></div>' if items else ""
+
+
+def paired_table(paired: list[Any], summary: dict[str, Any], labels: dict[str, str]) -> str:
+    """The pairs in report.md's order (`PairOrder`: the headline first, then the room), with that order
+    said above the table and the headline's and room's rows marked."""
+    order = PairOrder.of(summary)
+    entries = [p for p in paired if isinstance(p, dict)]
+    entries = [_swapped(p) if order.flips(str(p.get("a")), str(p.get("b")), _diff(p)) else p for p in entries]
+    entries.sort(key=lambda p: order.key(str(p.get("a")), str(p.get("b")), _diff(p), _p_value(p)))
+    head = "<th>role</th>" + "".join(f"<th>{esc(c.replace('_', ' '))}</th>" for c in _PAIRED_COLUMNS)
+    rows = []
+    for p in entries:
+        role = order.role(str(p.get("a")), str(p.get("b")))
+        cells = (name_cell(p.get(c), labels) if c in _NAME_COLUMNS else cell(p.get(c), c) for c in _PAIRED_COLUMNS)
+        rows.append(f"<tr{_NAMED if role else ''}><td>{esc(role)}</td>{''.join(cells)}</tr>")
+    note = f'<p class="note">{esc(order.note(labels, quote=str))}</p>'
+    return f"{note}<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _diff(entry: dict[str, Any]) -> float:
+    """A pair's difference; 0 where a hand-made or older summary.json lacks it (the page still renders)."""
+    value = entry.get("diff")
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _p_value(entry: dict[str, Any]) -> float:
+    """A pair's p-value; 1 (no evidence) where the entry lacks it."""
+    value = entry.get("p_value")
+    return float(value) if isinstance(value, int | float) else 1.0
+
+
+def _swapped(entry: dict[str, Any]) -> dict[str, Any]:
+    """A summary.json pair read the other way round (its p-value and flag do not change)."""
+    turned = {**entry, "a": entry.get("b"), "b": entry.get("a"), "a_only": entry.get("b_only"),
+              "b_only": entry.get("a_only")}  # fmt: skip
+    return turned | ({"diff": -_diff(entry)} if "diff" in entry else {})
 
 
 def plots(paths: Iterable[Path]) -> str:
@@ -114,11 +179,11 @@ def report_section(summary: dict[str, Any] | None, pngs: list[Path]) -> str:
         return ""
     parts = ['<section id="report"><h2>Report</h2>']
     if summary is not None:
-        methods, paired = summary.get("methods"), summary.get("paired")
+        methods, paired, labels = summary.get("methods"), summary.get("paired"), summary_names(summary)
         if isinstance(methods, dict) and methods:
-            parts += ["<h3>Methods</h3>", methods_table(methods)]
+            parts += ["<h3>Methods</h3>", methods_table(methods, labels), names_legend(labels)]
         if isinstance(paired, list) and paired:
-            parts += ["<h3>Paired comparisons (exact McNemar)</h3>", paired_table(paired)]
+            parts += ["<h3>Paired comparisons (exact McNemar)</h3>", paired_table(paired, summary, labels)]
     parts += [plots(pngs), "</section>\n"]
     return "".join(parts)
 
