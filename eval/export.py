@@ -166,8 +166,8 @@ def eval_log(
         eval_id=stable_id(run_name, key),
         run_id=stable_id(run_name),
         created=started.isoformat(),
-        task=run_name,
-        task_id=stable_id(run_name, "task"),
+        task=f"{run_name}/{key}",  # `inspect view` lists logs by task: the method key tells them apart
+        task_id=stable_id(run_name, key, "task"),  # one task id for all would list the rest as retries
         task_display_name=f"{run_name}: {key}",
         task_args={"env": first.env, "split": first.split, "method": first.method, "controller": first.controller},
         solver=key,

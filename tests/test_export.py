@@ -108,6 +108,8 @@ def test_inspect_logs_give_the_summary_episodes_and_success_rates(run: Path, sum
     logs = read_logs(tmp_path / INSPECT_DIR)
     methods = summary["methods"]
     assert set(logs) == set(methods)
+    assert len({log.eval.task_id for log in logs.values()}) == len(logs)  # else the viewer lists one, the rest retries
+    assert {log.eval.task for log in logs.values()} == {f"{run.name}/{key}" for key in methods}
     for key, log in logs.items():
         assert log.status == "success" and len(log.samples) == methods[key]["episodes"]
         accuracy = log.results.scores[0].metrics["accuracy"].value
