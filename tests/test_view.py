@@ -229,6 +229,14 @@ def test_cli_names_an_unknown_episode_and_a_folder_without_episodes(run: Path, t
     assert "holds no episodes*.jsonl" in capsys.readouterr().err
 
 
+def test_cli_names_a_page_path_that_cannot_be_written(run: Path, tmp_path, capsys) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    for out, says in ((tmp_path, "is a folder"), (tmp_path / "a-file" / "view.html", "is a file, not a folder")):
+        assert main(["view", str(run), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.splitlines()) == 1
+
+
 def test_the_report_tables_and_plots_are_embedded(run: Path, tmp_path) -> None:
     for path in run.glob("episodes*.jsonl"):
         (tmp_path / path.name).write_bytes(path.read_bytes())

@@ -80,10 +80,20 @@ def render_run(run: Path, episode: str | None = None, out: Path | None = None) -
     else:
         report, focus = report_section(_summary(run), sorted(run.glob("*.png"))), None
     parts = render(records, _title(run), str(run), report, focus)
+    _check_page_path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8") as fh:
         fh.writelines(parts)
     return out
+
+
+def _check_page_path(out: Path) -> None:
+    """A page path that cannot be written (a folder, or under a file) is the user's to fix, not a traceback."""
+    if out.is_dir():
+        raise UserInputError(f"--out {out} is a folder: give the page's file name, e.g. {out / 'view.html'}")
+    blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise UserInputError(f"--out {out}: {blocked} is a file, not a folder: choose another --out")
 
 
 def _summary(run: Path) -> dict[str, Any] | None:
