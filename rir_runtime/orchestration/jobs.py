@@ -335,7 +335,8 @@ def run_job(job: EpisodeJob) -> EpisodeRecord:
     episode again from its start (an episode is a function of its job), at most ENGINE_RESTARTS times."""
     from rir_runtime.loop import EpisodeRunner
 
-    for restart in range(ENGINE_RESTARTS + 1):
+    restarts = 0
+    while True:
         try:
             record = runner_for(job, EpisodeRunner).run(job.task)
             return record.with_job(episode_id=job.episode_id, seed=job.seed, tag=job.tag, error_rate=job.error_rate)
@@ -343,14 +344,14 @@ def run_job(job: EpisodeJob) -> EpisodeRecord:
             if not _env(job.task.env).engine_died(err):
                 raise
             _forget_env(job.task.env)
-            if restart == ENGINE_RESTARTS:
+            if restarts == ENGINE_RESTARTS:
                 raise EngineError(
                     f"the {job.task.env} engine died {ENGINE_RESTARTS + 1} times running {job.episode_id} (an "
                     "infrastructure failure, not the agent's): run the same command again; the finished episodes "
                     "are kept and this one is retried"
                 ) from None
+            restarts += 1
             print(f"warning: the {job.task.env} engine died during {job.episode_id}; restarted it", file=sys.stderr)
-    raise AssertionError("unreachable")
 
 
 def branch_job(job: EpisodeJob, at_review: int, decisions: Sequence[Forced]) -> list[Outcome]:
