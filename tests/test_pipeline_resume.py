@@ -37,6 +37,31 @@ def test_a_stage_killed_midway_keeps_its_work_and_runs_again(tmp_path: Path, cap
     assert "[pipeline] rollout-builtin: resuming an unfinished run" in capsys.readouterr().err
 
 
+def test_a_done_stage_whose_records_were_torn_afterwards_runs_again_in_place(tmp_path: Path, capsys) -> None:
+    """A kill or a tear that strikes a finished stage's file must not leave later stages reading it torn."""
+    runs = []
+
+    def rollout(folder: Path) -> None:  # resumes as the real stage does: cuts a torn last line, appends the rest
+        path = folder / "episodes.jsonl"
+        kept = [line for line in (path.read_text().split("\n") if path.exists() else []) if line.endswith("}")]
+        path.write_text("".join(f"{line}\n" for line in kept))
+        with path.open("a") as f:
+            for i in range(len(kept), 2):
+                f.write(f'{{"episode": {i}}}\n')
+        runs.append(len(kept))
+
+    Stages(tmp_path).run("rollout-builtin", {"variations": "0-1"}, rollout)
+    Stages(tmp_path).run("rollout-builtin", {"variations": "0-1"}, rollout)
+    assert runs == [0] and "rollout-builtin: cached" in capsys.readouterr().err
+    episodes = tmp_path / "rollout-builtin" / "episodes.jsonl"
+    episodes.write_bytes(episodes.read_bytes()[:-4])  # the last line torn after the stage finished
+    Stages(tmp_path).run("rollout-builtin", {"variations": "0-1"}, rollout)
+    assert runs == [0, 1] and episodes.read_text() == '{"episode": 0}\n{"episode": 1}\n'
+    assert "episodes.jsonl changed after it finished (torn or edited)" in capsys.readouterr().err
+    Stages(tmp_path).run("rollout-builtin", {"variations": "0-1"}, rollout)
+    assert runs == [0, 1] and "rollout-builtin: cached" in capsys.readouterr().err
+
+
 def test_stage_json_is_written_at_the_start_and_updated_at_the_end(tmp_path: Path) -> None:
     records = []
     stages = Stages(tmp_path)

@@ -5,7 +5,9 @@ its settings and of its inputs' keys, the settings themselves, status "running")
 done. A rerun skips a done stage whose key matches, and runs an unfinished one again in place: every
 stage function resumes from what its folder holds (episodes in append-only JSONL, cached labels,
 training checkpoints), so killing a run and starting it again loses no work. A stage whose settings
-or inputs changed is cleared and redone, after a line that says what changed.
+or inputs changed is cleared and redone, after a line that says what changed. A done stage whose records
+(its `*.jsonl` files, fingerprinted when it finished) were torn or edited since is run again in place:
+the stage's own resume keeps the intact records and redoes the rest, so no later stage reads a torn one.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,12 @@ class StageRecord:
     inputs: dict[str, str]  # {upstream stage: its key}
     status: str  # "running" or "done"
     wall_s: float = 0.0
+    outputs: dict[str, str] = field(default_factory=dict)  # {records file: size and sha256} when done
+
+    def changed_outputs(self, folder: Path) -> list[str]:
+        """The records files that differ from what the stage left when it finished."""
+        now = fingerprints(folder)
+        return [name for name, recorded in self.outputs.items() if now.get(name) != recorded]
 
     @classmethod
     def read(cls, path: Path) -> StageRecord | None:
@@ -57,6 +65,7 @@ class StageRecord:
                 raw.get("inputs", {}),
                 raw.get("status", "done"),
                 raw.get("wall_s", 0.0),
+                raw.get("outputs", {}),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -65,6 +74,18 @@ class StageRecord:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
         tmp.replace(path)  # atomic: a kill never leaves half a record
+
+
+def fingerprints(folder: Path) -> dict[str, str]:
+    """Each records file of a stage folder (`*.jsonl`, what later stages read) as `<bytes>:<sha256>`."""
+    out = {}
+    for path in sorted(folder.glob("*.jsonl")):
+        digest = hashlib.sha256()
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        out[path.name] = f"{path.stat().st_size}:{digest.hexdigest()}"
+    return out
 
 
 def changes(old: Any, new: Any, path: str = "") -> list[str]:
@@ -115,11 +136,15 @@ class Stages:
         self.keys[name] = record.key
         folder = self.root / name
         old = StageRecord.read(folder / MARKER)
-        if old is not None and old.key == record.key and old.status == "done":
+        torn = old.changed_outputs(folder) if old is not None and old.key == record.key else []
+        if old is not None and old.key == record.key and old.status == "done" and not torn:
             self._say(f"{name}: cached")
             self.timings[name] = old.wall_s
             return folder
-        if old is not None and old.key == record.key:
+        if torn:
+            self._say(f"{name}: {', '.join(torn)} changed after it finished (torn or edited): running it again in "
+                      "place, which keeps its intact records")  # fmt: skip
+        elif old is not None and old.key == record.key:
             self._say(f"{name}: resuming an unfinished run")
         else:
             self._clear(folder, old, record)
@@ -128,7 +153,8 @@ class Stages:
         start = time.perf_counter()
         fn(folder)
         self.timings[name] = round(time.perf_counter() - start, 1)
-        replace(record, status="done", wall_s=self.timings[name]).write(folder / MARKER)
+        done = replace(record, status="done", wall_s=self.timings[name], outputs=fingerprints(folder))
+        done.write(folder / MARKER)
         return folder
 
     def _clear(self, folder: Path, old: StageRecord | None, new: StageRecord) -> None:
