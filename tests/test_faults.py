@@ -4,6 +4,7 @@ or stopped with one line that names the cause and the way on (exit code 2), neve
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -203,6 +204,33 @@ def test_a_killed_scienceworld_jvm_is_restarted_and_the_episode_rerun(
     kill_the_jvm()  # between episodes: the next one's first call meets a dead JVM
     between = run_jobs(jobs, tmp_path / "between" / "episodes.jsonl")
     assert [strip(r) for r in between] == [strip(r) for r in calm]
+
+
+def test_py4j_tracebacks_on_the_root_logger_are_dropped_once_the_engine_starts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """py4j logs a JVM that died mid-call with `logging.exception` on the root logger: a traceback above the
+    runtime's one-line warning that it restarted the engine. The engine's start drops those records only."""
+    pytest.importorskip("py4j")
+    import py4j.java_gateway
+
+    from rir_runtime.envs.scienceworld_env import _quiet_py4j_root_records
+
+    def log(pathname: str) -> None:
+        fields = {"name": "root", "levelno": logging.ERROR, "levelname": "ERROR", "pathname": pathname}
+        logging.getLogger().handle(logging.makeLogRecord({**fields, "msg": "Exception while sending command."}))
+
+    root_filters = list(logging.getLogger().filters)
+    try:
+        _quiet_py4j_root_records()
+        _quiet_py4j_root_records()  # once is enough: a second engine adds no second filter
+        assert len(logging.getLogger().filters) == len(root_filters) + 1
+        log(py4j.java_gateway.__file__)
+        assert not caplog.records
+        log(__file__)  # everyone else's errors still reach the log
+        assert [r.pathname for r in caplog.records] == [__file__]
+    finally:
+        logging.getLogger().filters[:] = root_filters
 
 
 def test_a_corrupt_dataset_file_is_named(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import functools
 import importlib.metadata as md
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -157,6 +158,20 @@ def gold_path(task: str, variation_id: int, simplification: str) -> tuple[str, .
     return actions
 
 
+class _FromPy4J(logging.Filter):
+    """Drops the records py4j logs on the root logger (`logging.exception` when the JVM dies mid-call),
+    which would print a traceback above the runtime's one-line warning that it restarted the engine."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
+def _quiet_py4j_root_records() -> None:
+    root = logging.getLogger()
+    if not any(isinstance(f, _FromPy4J) for f in root.filters):
+        root.addFilter(_FromPy4J())
+
+
 @functools.lru_cache(maxsize=1)
 def _java_accepts(opts: tuple[str, ...]) -> bool:
     """Whether this JVM accepts our determinism flags (`-XX:hashCode` is an experimental flag)."""
@@ -213,6 +228,7 @@ class ScienceWorldEnv(ReplayEnv):
         opts = DETERMINISM_OPTS if _java_accepts(tuple(DETERMINISM_OPTS)) else []
         # a dead JVM is the runtime's to restart (`Env.engine_died`): py4j's own tracebacks would only bury that
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        _quiet_py4j_root_records()
         with _launch_lock:  # the package offers no javaopts argument: patch its launcher briefly
             original = sws.launch_gateway
             sws.launch_gateway = functools.partial(original, javaopts=opts)
