@@ -22,6 +22,7 @@ from rir_runtime.decisions import Review, dump  # noqa: E402
 from rir_runtime.envs.checkpoints import Step  # noqa: E402
 from rir_runtime.errors import UserInputError  # noqa: E402
 from rir_runtime.prompts import DecisionContext, render_decision  # noqa: E402
+from tests.training import FAST as TRAIN_FAST  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # the online configs need rows with decision points: tests/test_online_grpo.py trains them
@@ -29,32 +30,7 @@ GRPO_CONFIGS = sorted(c for c in (REPO / "configs" / "train").glob("grpo_*.yaml"
 # Bisection over checkpoints 0..4 of a branch harmed at step 3 probes 0, 2, 3 and 4; 1 is implied.
 MEASURED = {0: 1.0, 2: 1.0, 3: 0.0, 4: 0.0}
 SEGMENTS = ((0, 2), (2, 5))
-FAST = [
-    "--model",
-    "tiny-random-llama",
-    "--use_cpu",
-    "true",
-    "--bf16",
-    "false",
-    "--dtype",
-    "float32",
-    "--gradient_checkpointing",
-    "false",
-    "--report_to",
-    "none",
-    "--dataloader_num_workers",
-    "0",
-    "--save_strategy",
-    "no",
-    "--eval_strategy",
-    "no",
-    "--eval_on_start",
-    "false",
-    "--disable_tqdm",
-    "true",
-    "--logging_steps",
-    "1",
-]
+FAST = [*TRAIN_FAST, "--eval_strategy", "no"]  # GRPO evaluates nothing here
 
 
 @pytest.fixture(scope="module", autouse=True)
