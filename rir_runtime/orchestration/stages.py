@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rir_runtime.cache import file_sha256
 from rir_runtime.errors import UserInputError
 
 StageFn = Callable[[Path], object]  # what it returns is ignored: its results are the files in the folder
@@ -78,14 +79,7 @@ class StageRecord:
 
 def fingerprints(folder: Path) -> dict[str, str]:
     """Each records file of a stage folder (`*.jsonl`, what later stages read) as `<bytes>:<sha256>`."""
-    out = {}
-    for path in sorted(folder.glob("*.jsonl")):
-        digest = hashlib.sha256()
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-        out[path.name] = f"{path.stat().st_size}:{digest.hexdigest()}"
-    return out
+    return {path.name: f"{path.stat().st_size}:{file_sha256(path)}" for path in sorted(folder.glob("*.jsonl"))}
 
 
 def changes(old: Any, new: Any, path: str = "") -> list[str]:
@@ -136,18 +130,17 @@ class Stages:
         self.keys[name] = record.key
         folder = self.root / name
         old = StageRecord.read(folder / MARKER)
-        torn = old.changed_outputs(folder) if old is not None and old.key == record.key else []
-        if old is not None and old.key == record.key and old.status == "done" and not torn:
+        if old is None or old.key != record.key:
+            self._clear(folder, old, record)
+        elif torn := old.changed_outputs(folder):
+            self._say(f"{name}: {', '.join(torn)} changed after it finished (torn or edited): running it again in "
+                      "place, which keeps its intact records")  # fmt: skip
+        elif old.status == "done":
             self._say(f"{name}: cached")
             self.timings[name] = old.wall_s
             return folder
-        if torn:
-            self._say(f"{name}: {', '.join(torn)} changed after it finished (torn or edited): running it again in "
-                      "place, which keeps its intact records")  # fmt: skip
-        elif old is not None and old.key == record.key:
-            self._say(f"{name}: resuming an unfinished run")
         else:
-            self._clear(folder, old, record)
+            self._say(f"{name}: resuming an unfinished run")
         folder.mkdir(parents=True, exist_ok=True)
         record.write(folder / MARKER)
         start = time.perf_counter()
