@@ -35,7 +35,7 @@ def main() -> int:
     p.add_argument("--out", type=Path, required=True, help="where the logs and screenshots go")
     p.add_argument("--port", type=int, default=0, help="the viewer's port (default: a free one)")
     args = p.parse_args()
-    from eval.export import export_run
+    from eval.export import INSPECT_DIR, export_run
     from eval.view.browser import chromium, missing
 
     if importlib.util.find_spec("inspect_ai") is None:
@@ -43,10 +43,11 @@ def main() -> int:
     if reason := missing():
         sys.exit(f"bench/inspect_view.py: {reason}")
 
-    shutil.rmtree(args.out / "inspect", ignore_errors=True)
+    logs = args.out / INSPECT_DIR
+    shutil.rmtree(logs, ignore_errors=True)
     export_run(args.run, args.out, "inspect")
-    agree = compare_with_summary(args.out / "inspect", args.run / "summary.json")
-    with viewer(args.out / "inspect", args.port or free_port()) as url:
+    agree = compare_with_summary(logs, args.run / "summary.json")
+    with viewer(logs, args.port or free_port()) as url:
         shown = screenshots(url, str(chromium()), args.out)
     print(f"screenshots: {', '.join(str(p) for p in shown)}")
     return 0 if agree and len(shown) == 3 else 1
